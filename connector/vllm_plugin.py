@@ -1,0 +1,54 @@
+"""pdbench's vLLM KV-connector plugin: vLLM's NixlConnector plus a KV-params export.
+
+Loaded by vLLM through ``kv_transfer_config.kv_connector_module_path = connector.vllm_plugin``
+with ``kv_connector = NixlConnector`` (vLLM enables NIXL-specific behaviour by that name).
+
+Why the export: vLLM returns a finished request's ``kv_transfer_params`` (the blocks D keeps
+for the next turn) only in non-streaming responses. The router streams D's tokens to the
+client, so the plugin writes those params, on the scheduler side, to
+``$PDBENCH_KV_PARAMS_DIR/<request_id>.json`` when the request finishes — before vLLM sends
+the last chunk — and the router reads them when the stream ends.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+# vLLM's NixlConnector with pdbench's per-transfer tracing (inactive unless a trace dir is set).
+from connector.tracing import NixlConnector as _VllmNixlConnector
+
+KV_PARAMS_DIR_ENV = "PDBENCH_KV_PARAMS_DIR"
+
+
+def export_params(directory: str, request_id: str, params: dict[str, Any]) -> Path:
+    """Write one request's params atomically as ``<directory>/<request_id>.json``."""
+    out = Path(directory)
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / f"{request_id}.json"
+    tmp = out / f".{request_id}.json.tmp"
+    tmp.write_text(json.dumps(params, default=list))
+    os.replace(tmp, path)
+    return path
+
+
+class NixlConnector(_VllmNixlConnector):
+    """vLLM's NixlConnector that also exports finished requests' KV-transfer params."""
+
+    def request_finished(self, request, block_ids):
+        delay, params = super().request_finished(request, block_ids)
+        self._export(request, params)
+        return delay, params
+
+    def request_finished_all_groups(self, request, block_ids):
+        delay, params = super().request_finished_all_groups(request, block_ids)
+        self._export(request, params)
+        return delay, params
+
+    @staticmethod
+    def _export(request, params: dict[str, Any] | None) -> None:
+        directory = os.environ.get(KV_PARAMS_DIR_ENV)
+        if directory and params:
+            export_params(directory, str(request.request_id), params)

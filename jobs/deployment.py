@@ -1,0 +1,491 @@
+"""The deployment job: runs on every task of the allocation.
+
+Every task starts the vLLM servers placed on its node, waits for them to be healthy and
+publishes their URLs in the run dir (rendezvous). Task 0 then starts the router and, for
+each Point not yet recorded ``ok``, sets the flow, drives the load generator in turn waves,
+scrapes every server's counters between waves and writes the PointResult. Every task tears
+its servers down when task 0 is done, on error, on SIGTERM, or at the time limit (submitit
+checkpoint: requeue, and the requeued job resumes from the records).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import socket
+import sys
+import time
+import traceback
+from contextlib import ExitStack
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from connector.nixl_peer import poll_until
+from pdbench import attribution
+from pdbench.config import Flow
+from pdbench.plan import Deployment, Instance, Point, to_jsonable
+from pdbench.results import PointResult, RequestRecord, RunStore, write_json_atomic
+from pdbench.serve_command import serve_command, serve_env, served_model_name
+from pdbench.server import ServerProcess, ServerStartError, log_tail
+from pdbench.workload import run_client
+
+
+@dataclass
+class JobSettings:
+    """What the job needs beyond the Deployment and its Points."""
+
+    model_path: str
+    vocab_size: int
+    python: str = sys.executable
+    local: bool = True  # all tasks on this machine: bind servers to loopback
+    startup_timeout_s: float = 300.0
+    rendezvous_timeout_s: float = 600.0
+    router_port: int = 8000
+    cache_hit_threshold: float = 0.8
+    decode_first_fallback: str = "pull"
+    decoder_kv_blocks_ttl_s: float = 60.0
+    request_timeout_s: float = 120.0
+    tracking: dict[str, Any] = field(default_factory=dict)
+    run_config: dict[str, Any] = field(default_factory=dict)
+
+
+RUN_DIR_ENV = "PDBENCH_RUN_DIR"
+
+
+class NodeFailed(RuntimeError):
+    """Another task of the job could not start its servers."""
+
+
+class JobInterrupted(Exception):
+    """SIGTERM reached the task (preemption, scancel): tear down and leave."""
+
+
+def task_identity(local: bool) -> tuple[int, str, str]:
+    """(global rank, job id, address to bind) of this task: loopback when every task runs on
+    this machine, the SLURM node's own address otherwise (never localhost across nodes)."""
+    from pdbench.slurm_env import TaskEnvironment
+
+    env = TaskEnvironment.from_environ()
+    job_id = env.job_id or str(os.getpid())
+    return env.global_rank, job_id, "127.0.0.1" if local else env.address
+
+
+@dataclass
+class DeploymentJob:
+    """A picklable submitit callable for one Deployment."""
+
+    run_dir: str
+    deployment: Deployment
+    points: list[Point]
+    settings: JobSettings
+
+    def __call__(self) -> dict[str, Any]:
+        rank, job_id, host = task_identity(self.settings.local)
+        store = RunStore(self.run_dir)
+        dep = self.deployment
+        # A requeued job keeps its id: the restart count keeps its rendezvous apart.
+        attempt = os.environ.get("SLURM_RESTART_COUNT", "0")
+        rdv = store.root / "rendezvous" / dep.deployment_id / f"{job_id}.{attempt}"
+        rdv.mkdir(parents=True, exist_ok=True)
+        self._host = host
+        logs = store.logs_dir(dep.deployment_id)
+        self._logs = logs
+        kv_params_dir = store.root / "kvparams" / dep.deployment_id
+        trace_dir = store.root / "traces" / dep.deployment_id
+        previous = signal.signal(signal.SIGTERM, _raise_interrupted)
+        try:
+            with ExitStack() as stack:
+                try:
+                    servers = self._start_servers(stack, rank, host, logs, kv_params_dir, trace_dir)
+                    write_json_atomic(
+                        rdv / f"node{rank}.json",
+                        {"host": host, "hostname": socket.gethostname(), "urls": servers},
+                    )
+                    if rank != 0:
+                        self._wait_for_rank0(rdv)
+                        return {"rank": rank, "host": host}
+                    nodes = self._gather_nodes(rdv)
+                    return self._run_points(stack, store, nodes, logs, kv_params_dir)
+                except (ServerStartError, TimeoutError, NodeFailed) as exc:
+                    # The deployment cannot run: every pending Point says why, in its record.
+                    write_json_atomic(rdv / f"node{rank}.failed.json", {"error": str(exc)})
+                    if rank == 0:
+                        self._fail_pending(store, f"deployment did not start: {exc}")
+                    raise
+                finally:
+                    if rank == 0:
+                        write_json_atomic(rdv / "done.json", {"at": time.time()})
+        finally:
+            signal.signal(signal.SIGTERM, previous)
+
+    def _wait_for_rank0(self, rdv: Path) -> None:
+        while not (rdv / "done.json").exists():
+            if (rdv / "node0.failed.json").exists():
+                raise NodeFailed(json.loads((rdv / "node0.failed.json").read_text())["error"])
+            time.sleep(1.0)
+
+    def _fail_pending(self, store: RunStore, error: str) -> None:
+        for point in self.points:
+            if store.point_status(point.point_id) == "ok":
+                continue
+            result = PointResult(
+                point_id=point.point_id,
+                status="failed",
+                error=error,
+                flow=point.flow.value,
+                deployment=_deployment_record(self.deployment),
+                workload=point.workload,
+                started_at=time.time(),
+                finished_at=time.time(),
+            )
+            store.write_point(result, [])
+
+    def checkpoint(self, *args, **kwargs):
+        """Requeue on preemption / time limit; the new job skips Points recorded ``ok``."""
+        import submitit
+
+        return submitit.helpers.DelayedSubmission(self)
+
+    # ---- servers ----
+    def _start_servers(self, stack, rank, host, logs, kv_params_dir, trace_dir) -> dict[str, str]:
+        mine = self.deployment.instances_on(rank)
+        procs: list[tuple[Instance, ServerProcess]] = []
+        for inst in mine:
+            cmd = serve_command(
+                self.deployment, inst, self.settings.model_path, host, self.settings.python
+            )
+            env = serve_env(self.deployment, inst, host, str(kv_params_dir), str(trace_dir))
+            env[RUN_DIR_ENV] = self.run_dir  # marks every process pdbench starts for this run
+            proc = ServerProcess(
+                name=f"{inst.name} (node {rank})",
+                cmd=cmd,
+                env=env,
+                log_path=logs / f"{inst.name}.log",
+                health_url=f"http://{host}:{inst.http_port}/health",
+            )
+            stack.enter_context(proc)
+            procs.append((inst, proc))
+        for inst, proc in procs:
+            took = proc.wait_until_ready(self.settings.startup_timeout_s)
+            print(
+                f"[pdbench] {inst.name} healthy on {host}:{inst.http_port} in {took:.0f} s",
+                flush=True,
+            )
+        self._procs = procs
+        return {inst.name: f"http://{host}:{inst.http_port}" for inst, _ in procs}
+
+    def _gather_nodes(self, rdv: Path) -> dict[str, Any]:
+        def all_there():
+            for failed in rdv.glob("node*.failed.json"):
+                raise NodeFailed(f"{failed.stem}: {json.loads(failed.read_text())['error']}")
+            files = [rdv / f"node{n}.json" for n in range(self.deployment.nodes)]
+            return files if all(f.exists() for f in files) else None
+
+        files = poll_until(
+            all_there, self.settings.rendezvous_timeout_s, "every node's servers", max_pause_s=0.5
+        )
+        urls: dict[str, str] = {}
+        hosts: dict[str, str] = {}
+        for f in files:
+            data = json.loads(f.read_text())
+            urls.update(data["urls"])
+            for name in data["urls"]:
+                hosts[name] = f"{data['hostname']} ({data['host']})"
+        return {"urls": urls, "hosts": hosts}
+
+    # ---- points (task 0) ----
+    def _run_points(self, stack, store: RunStore, nodes, logs, kv_params_dir) -> dict[str, Any]:
+        from pdbench.tracking import make_tracker_from_dict
+
+        dep = self.deployment
+        urls = nodes["urls"]
+        router_url = self._start_router(stack, urls, logs, kv_params_dir)
+        tracker = make_tracker_from_dict(self.settings.tracking, store.root)
+        if any(store.point_status(p.point_id) != "ok" for p in self.points):
+            self._warm_up(router_url, store)
+        done, failed, skipped = 0, 0, 0
+        for i, point in enumerate(self.points, 1):
+            if store.point_status(point.point_id) == "ok":
+                skipped += 1
+                continue
+            label = f"[{i}/{len(self.points)}] {point.flow.value} h={point.history_tokens}"
+            print(f"[pdbench] point {label} ({point.point_id})", flush=True)
+            result, records = self._measure(point, urls, router_url, nodes["hosts"], store, label)
+            store.write_point(result, records)
+            tracker.log_point(result.to_dict(), self.settings.run_config)
+            if result.status == "ok":
+                done += 1
+            else:
+                failed += 1
+                dead = [p.name for _, p in self._procs if not p.alive()]
+                if dead:
+                    print(f"[pdbench] servers died: {dead}; stopping this deployment", flush=True)
+                    break
+        tracker.close()
+        return {"deployment": dep.deployment_id, "ok": done, "failed": failed, "skipped": skipped}
+
+    def _start_router(self, stack, urls: dict[str, str], logs: Path, kv_params_dir: Path) -> str:
+        dep = self.deployment
+        s = self.settings
+        host = self._host
+        config = {
+            "prefill_urls": [urls[i.name] for i in dep.by_role("prefill")],
+            "decode_urls": [urls[i.name] for i in dep.by_role("decode")],
+            "agg_urls": [urls[i.name] for i in dep.by_role("mixed")],
+            "kv_params_dir": str(kv_params_dir),
+            "host": host,
+            "port": s.router_port,
+            "cache_hit_threshold": s.cache_hit_threshold,
+            "decode_first_fallback": s.decode_first_fallback,
+            "decoder_kv_blocks_ttl_s": s.decoder_kv_blocks_ttl_s,
+            "request_timeout_s": s.request_timeout_s,
+        }
+        kv_params_dir.mkdir(parents=True, exist_ok=True)
+        cfg_path = logs / "router.json"
+        write_json_atomic(cfg_path, config)
+        router = ServerProcess(
+            name="router",
+            cmd=[s.python, "-m", "pdbench.router", "--config", str(cfg_path)],
+            env={"PYTHONUNBUFFERED": "1", RUN_DIR_ENV: self.run_dir},
+            log_path=logs / "router.log",
+            health_url=f"http://{host}:{s.router_port}/health",
+            grace_s=5.0,
+        )
+        stack.enter_context(router)
+        router.wait_until_ready(60)
+        self._procs.append((None, router))
+        return f"http://{host}:{s.router_port}"
+
+    def _warm_up(self, router_url: str, store: RunStore) -> None:
+        """One short conversation before measuring, so that the first NIXL handshake between
+        each P and D (both directions) is not charged to the first Point. Its records are
+        kept in ``warmup/<deployment>.jsonl`` to show what the handshake costs."""
+        from dataclasses import asdict
+
+        from pdbench.results import write_lines_atomic
+        from pdbench.workload import LoadGenerator, RequestOptions, build_conversations
+
+        dep = self.deployment
+        flows = [p.flow for p in self.points]
+        flow = (
+            "pull"
+            if Flow.pull in flows or Flow.decode_first in flows
+            else ("recompute" if Flow.recompute in flows else "agg")
+        )
+        n = max(len(dep.by_role("prefill")) * len(dep.by_role("decode")), 1) * 2
+        specs = build_conversations(n, 2, 32, 0, self.settings.vocab_size, seed=12345)
+        opts = RequestOptions(router_url, served_model_name(dep), 4, flow, f"warmup-{time.time()}")
+
+        async def go():
+            import aiohttp
+
+            async with aiohttp.ClientSession() as session:
+                await session.post(
+                    f"{router_url}/pdbench/flow", json={"flow": flow, "tag": "warmup"}
+                )
+            return await LoadGenerator(opts, n, 0.0, 0).run(specs)
+
+        t0 = time.perf_counter()
+        records = run_client(go())
+        took = time.perf_counter() - t0
+        write_lines_atomic(
+            store.root / "warmup" / f"{dep.deployment_id}.jsonl", [asdict(r) for r in records]
+        )
+        ok = sum(r.status == "ok" for r in records)
+        print(f"[pdbench] warm-up ({flow}): {ok}/{len(records)} ok in {took:.1f} s", flush=True)
+
+    def _measure(self, point: Point, urls, router_url, hosts, store: RunStore, label: str):
+        dep = self.deployment
+        started = time.time()
+        result = PointResult(
+            point_id=point.point_id,
+            status="failed",
+            error="",
+            flow=point.flow.value,
+            deployment=_deployment_record(dep),
+            workload=point.workload,
+            hosts=hosts,
+            started_at=started,
+        )
+        records: list[RequestRecord] = []
+        try:
+            records, per_turn, totals, duration, result.router = run_client(
+                self._drive(point, urls, router_url, label)
+            )
+            result.summary = attribution.summarize(records, duration)
+            result.by_turn = per_turn
+            result.metrics = totals
+            result.transfer = attribution.transfer_totals(totals)
+            failed = result.summary.failed_requests
+            result.status = "ok" if failed == 0 else "failed"
+            if failed:
+                first = next(r for r in records if r.status != "ok")
+                result.error = f"{failed} of {len(records)} requests failed; first: {first.error}"
+        except Exception as exc:  # the Point fails, the record says why
+            result.error = f"{type(exc).__name__}: {exc}\n{traceback.format_exc(limit=5)}"
+        self._check_transport(result)
+        trace_dir = store.root / "traces" / dep.deployment_id
+        result.trace_files = sorted(
+            str(p.relative_to(store.root)) for p in trace_dir.glob("*.jsonl")
+        )
+        dead = [p for _, p in self._procs if not p.alive()]
+        if dead:
+            tails = "\n".join(
+                f"--- {p.name} ({p.log_path}):\n{log_tail(p.log_path, 20)}" for p in dead
+            )
+            result.status = "failed"
+            result.error = (
+                f"server(s) died during the point: {[p.name for p in dead]}\n{tails}\n"
+                + result.error
+            )
+        result.finished_at = time.time()
+        return result, records
+
+    def _check_transport(self, result: PointResult) -> None:
+        """Record which UCX transports moved KV and flag a slow path or a slow link."""
+        from pdbench.ucx_proto import slow_transport_flag, transports_in_log
+
+        transport = self.deployment.config["transport"]
+        for inst in self.deployment.instances:
+            if inst.role == "mixed":
+                continue
+            used = transports_in_log(self._logs / f"{inst.name}.log")
+            result.transport_used[inst.name] = used
+            flag = slow_transport_flag(transport["kv_buffer_device"], used["read"])
+            if flag and flag not in result.flags:
+                result.flags.append(f"{inst.name}: {flag}")
+        stalled = self._expired_prefill_leases(result.point_id)
+        if stalled:
+            result.flags.append(
+                f"{stalled} prefill request(s) of this point had their KV lease expire before D "
+                "read it (vLLM: 'Releasing expired KV blocks ... retrieved by 0'): D stalled, "
+                "and their TTFT measures the stall, not the transfer"
+            )
+        t = result.transfer
+        if t.failed:
+            policy = self.deployment.config["server"]["kv_load_failure_policy"]
+            then = {"recompute": "recomputed their blocks", "fail": "failed their requests"}
+            result.flags.append(
+                f"{t.failed:g} KV transfer(s) failed (vllm:nixl_num_failed_transfers); vLLM "
+                f"{then[policy]} (server.kv_load_failure_policy={policy})"
+            )
+        if t.read_after_expiry:
+            result.flags.append(
+                f"{t.read_after_expiry:g} KV read(s) arrived after the owner's lease had expired "
+                "(vllm:nixl_num_notifications_after_expiry): those requests may have used KV "
+                "that was no longer theirs; check their outputs against agg"
+            )
+        expected = float(transport.get("expected_gb_s") or 0.0)
+        if expected > 0 and t.seconds > 0 and t.bytes / t.seconds / 1e9 < 0.1 * expected:
+            result.flags.append(
+                f"KV moved at {t.bytes / t.seconds / 1e9:.2f} GB/s, under 10% of the "
+                f"{expected:g} GB/s transport.expected_gb_s for {transport['name']}"
+            )
+
+    def _expired_prefill_leases(self, point_id: str) -> int:
+        """P requests of this Point whose blocks D never read before P's lease ran out."""
+        needle = "Releasing expired KV blocks for request"
+        count = 0
+        for inst in self.deployment.by_role("prefill"):
+            try:
+                text = (self._logs / f"{inst.name}.log").read_text(errors="replace")
+            except OSError:
+                continue
+            count += sum(
+                1
+                for line in text.splitlines()
+                if needle in line and point_id in line and "retrieved by 0" in line
+            )
+        return count
+
+    async def _drive(self, point: Point, urls, router_url: str, label: str):
+        import aiohttp
+
+        from pdbench import metrics
+        from pdbench.workload import LoadGenerator, RequestOptions, build_conversations
+
+        dep = self.deployment
+        wl = point.workload
+        names = list(urls)
+        prefill_names = [i.name for i in dep.by_role("prefill")]
+        serving = {
+            Flow.agg: [dep.agg_instance.name],
+            Flow.recompute: prefill_names,
+            Flow.pull: prefill_names,
+            Flow.decode_first: prefill_names + [i.name for i in dep.by_role("decode")],
+        }[point.flow]
+        specs = build_conversations(
+            wl["conversations"],
+            wl["turns"],
+            wl["user_tokens"],
+            point.history_tokens,
+            self.settings.vocab_size,
+            wl["seed"],
+            kind=wl["kind"],
+            jitter=wl.get("user_tokens_jitter", 0.0),
+        )
+        opts = RequestOptions(
+            url=router_url,
+            model=served_model_name(dep),
+            output_tokens=wl["output_tokens"],
+            flow=point.flow.value,
+            salt=point.point_id,
+            timeout_s=wl["request_timeout_s"],
+        )
+        gen = LoadGenerator(opts, wl["concurrency"], wl["request_rate"], wl["seed"])
+        per_turn: list = []
+        totals: dict[str, dict[str, float]] = {}
+        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30)) as session:
+            flow_body = {"flow": point.flow.value, "tag": point.point_id}
+            async with session.post(f"{router_url}/pdbench/flow", json=flow_body) as r:
+                if r.status != 200:
+                    raise RuntimeError(f"router refused flow {point.flow.value}: {await r.text()}")
+
+            async def snapshot():
+                got = await asyncio.gather(*(metrics.scrape_async(session, urls[n]) for n in names))
+                return dict(zip(names, got, strict=True))
+
+            before = await snapshot()
+            state = {"before": before}
+
+            async def on_wave_done(turn: int, wave: list[RequestRecord]):
+                # Counters settle after the response; a short bounded wait for NIXL stats.
+                await asyncio.sleep(0.3)
+                after = await snapshot()
+                deltas = {n: metrics.delta(state["before"][n], after[n]) for n in names}
+                state["before"] = after
+                attribution.add_deltas(totals, deltas)
+                per_turn.append(attribution.turn_row(turn, wave, deltas, prefill_names, serving))
+                ok = sum(r.status == "ok" for r in wave)
+                print(f"[pdbench] {label} turn {turn}: {ok}/{len(wave)} ok", flush=True)
+
+            t0 = time.perf_counter()
+            records = await gen.run(specs, on_wave_done=on_wave_done)
+            duration = time.perf_counter() - t0
+            async with session.get(f"{router_url}/pdbench/stats") as r:
+                router_stats = await r.json()
+        return records, per_turn, totals, duration, router_stats
+
+
+def _deployment_record(dep: Deployment) -> dict[str, Any]:
+    cfg = dep.config
+    return {
+        "deployment_id": dep.deployment_id,
+        "model": cfg["model"],
+        "topology": cfg["topology"],
+        "transport": cfg["transport"],
+        "server": cfg["server"],
+        "kv_recompute_threshold": dep.kv_recompute_threshold,
+        "bidirectional": dep.bidirectional,
+        "instances": [to_jsonable(i) for i in dep.instances],
+    }
+
+
+def _raise_interrupted(signum, frame):
+    raise JobInterrupted(f"signal {signum}")
+
+
+__all__ = ["DeploymentJob", "JobSettings", "ServerStartError"]

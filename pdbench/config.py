@@ -1,0 +1,248 @@
+"""Typed run configuration: the schema Hydra composes into, registered in the ConfigStore.
+
+Every YAML file under ``conf/`` starts from one of these dataclasses (``defaults: [base_X,
+_self_]``), so a typo or a wrong type fails at compose time. ``validate`` (in
+``pdbench.validate``) checks what types cannot: TP against heads, instances against nodes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any
+
+from omegaconf import MISSING
+
+from connector.bench_config import TransferBenchConfig
+
+
+class ExecutorKind(Enum):
+    """Which submitit executor dispatches the jobs."""
+
+    local = "local"
+    slurm = "slurm"
+    debug = "debug"
+
+
+class Flow(Enum):
+    """How the router serves one conversation turn (DESIGN.md, "Flows")."""
+
+    agg = "agg"
+    recompute = "recompute"
+    pull = "pull"
+    decode_first = "decode_first"
+
+
+class Placement(Enum):
+    """Where decode instances go relative to prefill instances."""
+
+    same_node = "same_node"
+    cross_node = "cross_node"
+
+
+class WorkloadKind(Enum):
+    """How conversations are shaped (pdbench/workload.py)."""
+
+    multi_turn = "multi_turn"  # independent conversations, each with its own history
+    long_doc = "long_doc"  # every conversation asks about one shared long document prefix
+    agentic = "agentic"  # tool-call loops: many turns, short outputs, a growing prefix
+
+
+class TrackingBackend(Enum):
+    none = "none"
+    wandb = "wandb"
+
+
+@dataclass
+class ClusterConfig:
+    """Where jobs run and what each node offers."""
+
+    name: str = "local"
+    executor: ExecutorKind = ExecutorKind.local
+    nodes: int = 1
+    gpus_per_node: int = 0
+    cpus_per_node: int = 0  # 0: the cores of the machine running the driver
+    partition: str = ""
+    account: str = ""
+    qos: str = ""
+    time_limit_min: int = 60
+    cpus_per_task: int = 0  # 0: all of the node's cores
+    mem_gb: int = 0  # 0: SLURM's default
+    constraint: str = ""
+    exclusive: bool = False
+    array_parallelism: int = 4
+    additional_parameters: dict[str, Any] = field(default_factory=dict)
+    setup: list[str] = field(default_factory=list)
+    env: dict[str, str] = field(default_factory=dict)
+    python: str = ""  # interpreter on the nodes; "": the driver's sys.executable
+
+
+@dataclass
+class ModelConfig:
+    """The served model's shape; ``path`` empty with ``generate`` builds a tiny random Llama."""
+
+    name: str = MISSING
+    path: str = ""
+    generate: bool = False
+    num_layers: int = MISSING
+    hidden_size: int = MISSING
+    num_attention_heads: int = MISSING
+    num_kv_heads: int = MISSING
+    head_dim: int = 0  # 0: hidden_size // num_attention_heads
+    intermediate_size: int = MISSING
+    vocab_size: int = MISSING
+    max_model_len: int = 2048
+    dtype: str = "bfloat16"
+    seed: int = 0
+
+    @property
+    def resolved_head_dim(self) -> int:
+        return self.head_dim or self.hidden_size // self.num_attention_heads
+
+
+@dataclass
+class RoleSpec:
+    """How many instances of one role and the tensor-parallel size of each."""
+
+    count: int = 1
+    tp: int = 1
+
+
+@dataclass
+class TopologyConfig:
+    """The instances of a deployment: prefill and decode roles (``count: 0`` for none)."""
+
+    name: str = "1p1d"
+    prefill: RoleSpec = field(default_factory=RoleSpec)
+    decode: RoleSpec = field(default_factory=RoleSpec)
+    agg: RoleSpec = field(default_factory=lambda: RoleSpec(count=0, tp=1))
+    placement: Placement = Placement.same_node
+
+
+@dataclass
+class TransportConfig:
+    """How KV moves between instances: NIXL backend, memory kind and UCX settings."""
+
+    name: str = "dram"
+    kv_buffer_device: str = "cpu"
+    backends: list[str] = field(default_factory=lambda: ["UCX"])
+    ucx_tls: str = ""
+    ucx_net_devices: str = ""
+    expected_gb_s: float = 0.0  # what the link should give; 0: unknown, no flag raised
+    env: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass
+class FlowConfig:
+    """Which flows to measure and the connector knobs they need."""
+
+    flows: list[Flow] = field(default_factory=lambda: [Flow.agg, Flow.recompute, Flow.pull])
+    kv_recompute_threshold: int = 64
+    kv_recompute_thresholds: list[int] = field(default_factory=list)  # deployment axis
+    decoder_kv_blocks_ttl_s: int = 60
+    cache_hit_threshold: float = 0.8
+    decode_first_fallback: Flow = Flow.pull
+
+
+@dataclass
+class WorkloadConfig:
+    """Multi-turn conversations: N conversations x T turns of U user and O output tokens."""
+
+    kind: WorkloadKind = WorkloadKind.multi_turn
+    conversations: int = 4
+    turns: int = 4
+    user_tokens: int = 64
+    output_tokens: int = 16
+    user_tokens_jitter: float = 0.0  # each user message: uniform in U * (1 +- jitter), seeded
+    history_tokens: list[int] = field(default_factory=lambda: [0])  # sweep axis: prefix
+    concurrency: int = 4
+    request_rate: float = 0.0  # requests/s; 0: as fast as concurrency allows
+    request_timeout_s: float = 120.0
+    seed: int = 0
+
+
+@dataclass
+class ServerConfig:
+    """vLLM server flags shared by every instance of a deployment."""
+
+    block_size: int = 32
+    prefill_prefix_caching: bool = False
+    decode_prefix_caching: bool = True
+    max_num_seqs: int = 16
+    gpu_memory_utilization: float = 0.85
+    cpu_kvcache_space_gb: int = 1
+    cpu_threads_per_instance: int = 1
+    enforce_eager: bool = True
+    startup_timeout_s: float = 300.0
+    base_port: int = 8100
+    side_channel_base_port: int = 5600
+    router_port: int = 8000
+    # What vLLM does when a KV pull fails (e.g. the peer's lease on the blocks ran out):
+    # "recompute" the missing blocks (the request succeeds; the Point counts the failure) or
+    # "fail" the request (vLLM's default, an HTTP 500).
+    kv_load_failure_policy: str = "recompute"
+    extra_args: list[str] = field(default_factory=list)
+    env: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass
+class ConnectorConfig:
+    """Options of pdbench's own connector pieces."""
+
+    trace: bool = False
+
+
+@dataclass
+class TrackingConfig:
+    backend: TrackingBackend = TrackingBackend.none
+    project: str = "pdbench"
+    entity: str = ""
+    mode: str = "offline"
+
+
+@dataclass
+class LaunchConfig:
+    dry_run: bool = False
+    resume: bool = True
+
+
+@dataclass
+class RunConfig:
+    """One composed run: everything ``python -m pdbench`` needs."""
+
+    name: str = "run"
+    dir: str = MISSING
+    cache_dir: str = MISSING
+    cluster: ClusterConfig = field(default_factory=ClusterConfig)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    topology: TopologyConfig = field(default_factory=TopologyConfig)
+    transport: TransportConfig = field(default_factory=TransportConfig)
+    flow: FlowConfig = field(default_factory=FlowConfig)
+    workload: WorkloadConfig = field(default_factory=WorkloadConfig)
+    server: ServerConfig = field(default_factory=ServerConfig)
+    connector: ConnectorConfig = field(default_factory=ConnectorConfig)
+    tracking: TrackingConfig = field(default_factory=TrackingConfig)
+    launch: LaunchConfig = field(default_factory=LaunchConfig)
+    bench: TransferBenchConfig = field(default_factory=TransferBenchConfig)
+    command: str = "run"  # run | status
+
+
+GROUP_SCHEMAS: dict[str, type] = {
+    "cluster": ClusterConfig,
+    "model": ModelConfig,
+    "topology": TopologyConfig,
+    "transport": TransportConfig,
+    "flow": FlowConfig,
+    "workload": WorkloadConfig,
+    "tracking": TrackingConfig,
+}
+
+
+def register_configs() -> None:
+    """Put the schemas in Hydra's ConfigStore (``base_run`` and ``<group>/base_<group>``)."""
+    from hydra.core.config_store import ConfigStore
+
+    store = ConfigStore.instance()
+    store.store(name="base_run", node=RunConfig)
+    for group, schema in GROUP_SCHEMAS.items():
+        store.store(group=group, name=f"base_{group}", node=schema)

@@ -1,0 +1,98 @@
+"""Scrape vLLM's Prometheus endpoint and keep the deltas pdbench attributes turns with.
+
+Counters kept (summed over label sets other than ``source``):
+``vllm:prompt_tokens_by_source`` split into ``local_compute``, ``local_cache_hit`` and
+``external_kv_transfer``; prompt and generation tokens; local and external prefix-cache
+queries and hits; every ``vllm:nixl_*`` series (histogram ``_sum``/``_count`` and counters).
+"""
+
+from __future__ import annotations
+
+import re
+import urllib.request
+
+_LINE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})?\s+(\S+)")
+_SOURCE = re.compile(r'source="([^"]+)"')
+
+KEPT_PREFIXES = (
+    "vllm:nixl_",
+    "vllm:prompt_tokens",
+    "vllm:generation_tokens",
+    "vllm:prefix_cache_",
+    "vllm:external_prefix_cache_",
+    "vllm:request_success",
+    "vllm:num_preemptions",
+)
+
+# The gauges kept as they are (not as deltas).
+GAUGES = ("vllm:kv_cache_usage_perc", "vllm:num_requests_running")
+
+
+def parse_prometheus(text: str) -> dict[str, float]:
+    """Sum samples by metric name (and by ``source`` label where present)."""
+    out: dict[str, float] = {}
+    for line in text.splitlines():
+        if not line or line.startswith("#"):
+            continue
+        m = _LINE.match(line)
+        if not m:
+            continue
+        name, labels, value = m.group(1), m.group(2) or "", m.group(3)
+        if not (name.startswith(KEPT_PREFIXES) or name in GAUGES):
+            continue
+        if name.endswith("_bucket") or name.endswith("_created"):
+            continue
+        source = _SOURCE.search(labels)
+        key = f"{name}[{source.group(1)}]" if source else name
+        try:
+            out[key] = out.get(key, 0.0) + float(value)
+        except ValueError:
+            continue
+    return out
+
+
+def delta(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
+    """Counter differences; gauges keep their ``after`` value."""
+    keys = set(before) | set(after)
+    return {
+        k: after.get(k, 0.0) if k in GAUGES else after.get(k, 0.0) - before.get(k, 0.0)
+        for k in sorted(keys)
+    }
+
+
+def scrape(base_url: str, timeout_s: float = 5.0) -> dict[str, float]:
+    with urllib.request.urlopen(f"{base_url}/metrics", timeout=timeout_s) as resp:
+        return parse_prometheus(resp.read().decode())
+
+
+async def scrape_async(session, base_url: str) -> dict[str, float]:
+    async with session.get(f"{base_url}/metrics") as resp:
+        return parse_prometheus(await resp.text())
+
+
+def nixl_bytes(d: dict[str, float]) -> float:
+    return d.get("vllm:nixl_bytes_transferred_sum", 0.0)
+
+
+def nixl_seconds(d: dict[str, float]) -> float:
+    return d.get("vllm:nixl_xfer_time_seconds_sum", 0.0)
+
+
+def nixl_count(d: dict[str, float]) -> float:
+    return d.get("vllm:nixl_xfer_time_seconds_count", 0.0)
+
+
+def nixl_failed(d: dict[str, float]) -> float:
+    """Transfers NIXL reported failed (with ``kv_load_failure_policy=recompute`` vLLM then
+    recomputed the blocks they should have brought)."""
+    return d.get("vllm:nixl_num_failed_transfers_total", 0.0)
+
+
+def nixl_reads_after_expiry(d: dict[str, float]) -> float:
+    """Peer reads of blocks this instance had already released (lease expired): the reader
+    may have received KV that no longer belonged to its request."""
+    return d.get("vllm:nixl_num_notifications_after_expiry_total", 0.0)
+
+
+def tokens_by_source(d: dict[str, float], source: str) -> float:
+    return d.get(f"vllm:prompt_tokens_by_source_total[{source}]", 0.0)

@@ -1,0 +1,207 @@
+"""Pure planning: a composed RunConfig becomes Deployments x Points.
+
+A Deployment is the set of servers that can stay up (model, topology, transport, server
+flags, ``kv_recompute_threshold``); a Point is one measured workload on it (flow, history
+length). Ids are hashes of the configs that define them, so a rerun finds what is done.
+
+Placement: instances are laid out in a fixed order (prefill, decode, agg). ``same_node``
+packs them onto node 0 while they fit (GPUs by TP, or CPU cores by threads) and spills to
+the next node; ``cross_node`` puts prefill instances on the first nodes and decode
+instances on the nodes after them. Ports: instance ``i`` (global order) listens on
+``server.base_port + i`` and uses NIXL side-channel ports from
+``server.side_channel_base_port + 64 * i`` (one per TP rank).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from dataclasses import asdict, dataclass, field, replace
+from enum import Enum
+from typing import Any
+
+from pdbench.config import Flow, Placement, RunConfig
+
+SIDE_CHANNEL_STRIDE = 64
+PD_FLOWS = (Flow.recompute, Flow.pull, Flow.decode_first)
+
+
+@dataclass(frozen=True)
+class Instance:
+    """One vLLM server of a deployment."""
+
+    name: str  # prefill0, decode0, agg0
+    role: str  # prefill | decode | mixed
+    index: int  # global order within the deployment
+    node: int  # plan node index == task rank
+    tp: int
+    gpus: tuple[int, ...]  # device indices on its node; () on CPU
+    cpus: tuple[int, ...]  # cores it is pinned to (CPU builds)
+    http_port: int
+    side_channel_port: int
+
+
+@dataclass
+class Deployment:
+    deployment_id: str
+    nodes: int
+    instances: list[Instance]
+    kv_recompute_threshold: int
+    bidirectional: bool
+    config: dict[str, Any]  # model, topology, transport, server, flow knobs (JSON-able)
+
+    def by_role(self, role: str) -> list[Instance]:
+        return [i for i in self.instances if i.role == role]
+
+    def instances_on(self, node: int) -> list[Instance]:
+        return [i for i in self.instances if i.node == node]
+
+    @property
+    def agg_instance(self) -> Instance:
+        """Where ``agg`` runs: a mixed instance, else the first decode instance."""
+        mixed = self.by_role("mixed")
+        return mixed[0] if mixed else self.by_role("decode")[0]
+
+
+@dataclass
+class Point:
+    point_id: str
+    deployment_id: str
+    flow: Flow
+    history_tokens: int
+    workload: dict[str, Any]
+
+
+@dataclass
+class Plan:
+    deployments: list[Deployment]
+    points: dict[str, list[Point]] = field(default_factory=dict)  # deployment id -> points
+
+    def all_points(self) -> list[Point]:
+        return [p for d in self.deployments for p in self.points[d.deployment_id]]
+
+
+def to_jsonable(obj: Any) -> Any:
+    """Dataclasses, enums, tuples -> plain JSON values."""
+    if hasattr(obj, "__dataclass_fields__"):
+        return {k: to_jsonable(v) for k, v in asdict(obj).items()}
+    if isinstance(obj, Enum):
+        return obj.value
+    if isinstance(obj, dict):
+        return {str(k): to_jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return [to_jsonable(v) for v in obj]
+    return obj
+
+
+def stable_hash(data: Any, length: int = 10) -> str:
+    text = json.dumps(to_jsonable(data), sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()[:length]
+
+
+def _node_capacity(cfg: RunConfig) -> tuple[str, int]:
+    """What instances are packed by on one node: ("gpu", n) or ("cpu", cores)."""
+    if cfg.cluster.gpus_per_node > 0:
+        return "gpu", cfg.cluster.gpus_per_node
+    cores = cfg.cluster.cpus_per_node or os.cpu_count() or 1
+    return "cpu", cores
+
+
+def _role_order(cfg: RunConfig) -> list[tuple[str, str, int]]:
+    """(name, role, tp) for every instance, in placement order."""
+    topo = cfg.topology
+    out = [(f"prefill{i}", "prefill", topo.prefill.tp) for i in range(topo.prefill.count)]
+    out += [(f"decode{i}", "decode", topo.decode.tp) for i in range(topo.decode.count)]
+    out += [(f"agg{i}", "mixed", topo.agg.tp) for i in range(topo.agg.count)]
+    return out
+
+
+def place_instances(cfg: RunConfig) -> tuple[list[Instance], int]:
+    """Lay instances onto nodes; returns the instances and the number of nodes used."""
+    kind, capacity = _node_capacity(cfg)
+    threads = cfg.server.cpu_threads_per_instance
+    instances: list[Instance] = []
+    node, used = 0, 0
+    cross = cfg.topology.placement is Placement.cross_node
+    previous_role = None
+    core_cursor = 0
+    for index, (name, role, tp) in enumerate(_role_order(cfg)):
+        need = tp if kind == "gpu" else threads
+        role_changed = previous_role is not None and role != previous_role
+        if (cross and role_changed and role == "decode") or (used and used + need > capacity):
+            node, used = node + 1, 0
+        gpus = tuple(range(used, used + tp)) if kind == "gpu" else ()
+        # CPU cores count across the whole plan so that plan nodes sharing one host (local
+        # executor, local SLURM test cluster) do not pin two servers to the same core.
+        cpus = tuple((core_cursor + k) % capacity for k in range(threads)) if kind == "cpu" else ()
+        core_cursor += threads
+        used += need
+        instances.append(
+            Instance(
+                name=name,
+                role=role,
+                index=index,
+                node=node,
+                tp=tp,
+                gpus=gpus,
+                cpus=cpus,
+                http_port=cfg.server.base_port + index,
+                side_channel_port=cfg.server.side_channel_base_port + SIDE_CHANNEL_STRIDE * index,
+            )
+        )
+        previous_role = role
+    return instances, node + 1
+
+
+def deployment_key(cfg: RunConfig, threshold: int, bidirectional: bool) -> dict[str, Any]:
+    """What makes a deployment: servers that differ in any of these cannot be shared."""
+    return {
+        "model": to_jsonable(cfg.model),
+        "topology": to_jsonable(cfg.topology),
+        "transport": to_jsonable(cfg.transport),
+        "server": to_jsonable(cfg.server),
+        "kv_recompute_threshold": threshold,
+        "decoder_kv_blocks_ttl_s": cfg.flow.decoder_kv_blocks_ttl_s,
+        "bidirectional": bidirectional,
+        "trace": cfg.connector.trace,
+    }
+
+
+def make_plan(cfg: RunConfig) -> Plan:
+    """Deployments (one per ``kv_recompute_threshold``) x Points (flow x history length)."""
+    flows = list(dict.fromkeys(cfg.flow.flows))
+    bidirectional = any(f in (Flow.pull, Flow.decode_first) for f in flows)
+    thresholds = cfg.flow.kv_recompute_thresholds or [cfg.flow.kv_recompute_threshold]
+    instances, nodes = place_instances(cfg)
+    plan = Plan(deployments=[])
+    for threshold in thresholds:
+        key = deployment_key(cfg, threshold, bidirectional)
+        name = f"{cfg.model.name}-{cfg.topology.name}-{cfg.transport.name}-t{threshold}"
+        dep = Deployment(
+            deployment_id=f"{name}-{stable_hash(key, 8)}",
+            nodes=nodes,
+            instances=list(instances),
+            kv_recompute_threshold=threshold,
+            bidirectional=bidirectional,
+            config=key,
+        )
+        plan.deployments.append(dep)
+        points = []
+        for history in cfg.workload.history_tokens:
+            workload = replace(cfg.workload, history_tokens=[history])
+            wl = to_jsonable(workload)
+            wl["history_tokens"] = history
+            for flow in flows:
+                pid_key = {"deployment": dep.deployment_id, "flow": flow.value, "workload": wl}
+                points.append(
+                    Point(
+                        point_id=f"{flow.value}-h{history}-{stable_hash(pid_key, 10)}",
+                        deployment_id=dep.deployment_id,
+                        flow=flow,
+                        history_tokens=history,
+                        workload=wl,
+                    )
+                )
+        plan.points[dep.deployment_id] = points
+    return plan

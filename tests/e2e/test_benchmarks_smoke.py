@@ -1,0 +1,108 @@
+"""The harness benchmarks at small scale: they run, write their JSON, and see the right tokens.
+
+No wall-clock thresholds here: the numbers depend on the machine and its load; what is
+asserted is that the measurements exist, are matched to the truth, and carry the tokens
+the source (or vLLM) sent.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from benchmarks.timing_fidelity import free_port, http_json, pdbench_records
+from pdbench.server import ServerProcess
+
+pytestmark = pytest.mark.e2e
+
+REPO = Path(__file__).resolve().parents[2]
+STAT_KEYS = {"n", "p50", "p99", "max", "mean"}
+
+
+def run_module(module: str, args: list[str], timeout_s: float) -> subprocess.CompletedProcess:
+    proc = subprocess.run(
+        [sys.executable, "-m", module, *args],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=timeout_s,
+    )
+    assert proc.returncode == 0, f"{module} failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+    return proc
+
+
+def test_timing_fidelity_writes_matched_errors_for_each_stream_count(tmp_path):
+    out = tmp_path / "fidelity.json"
+    args = ["--streams", "1,8", "--tokens", "12", "--rounds", "2", "--itl-ms", "5"]
+    run_module("benchmarks.timing_fidelity", [*args, "--no-vllm-bench", "--out", str(out)], 300)
+    data = json.loads(out.read_text())
+    assert data["benchmark"] == "timing_fidelity"
+    env = data["environment"]
+    assert {"date", "host_cpus", "load_avg_start", "load_avg_end"} <= set(env)
+    assert data["config"]["streams"] == [1, 8] and data["config"]["tokens"] == 12
+    assert set(data["results"]["pdbench"]) == {"1", "8"}
+    for streams, r in data["results"]["pdbench"].items():
+        assert r["requests"] == r["matched"] == 2 * int(streams), (streams, r["errors"])
+        assert r["failed"] == 0 and r["itl_count_mismatches"] == 0
+        assert r["ids_equal"] is True
+        for key in ("ttft_abs_error_ms", "itl_abs_error_ms", "source_late_ms"):
+            assert set(r[key]) == STAT_KEYS
+        assert r["itl_abs_error_ms"]["n"] == r["matched"] * 11
+        assert r["ttft_abs_error_ms"]["n"] == r["matched"]
+    assert "unavailable" in data["results"]["vllm_bench_serve"]
+
+
+def test_token_ids_pdbench_measures_are_those_the_source_sent(tmp_path):
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    cmd = [sys.executable, "-m", "benchmarks.token_source", "--port", str(port)]
+    cmd += ["--ttft-ms", "5", "--itl-ms", "2"]
+    env = {"PYTHONPATH": str(REPO)}
+    with ServerProcess("token-source", cmd, env, tmp_path / "src.log", f"{url}/health") as src:
+        src.wait_until_ready(60.0, poll_s=0.1)
+        records = asyncio.run(pdbench_records(url, 4, 8, 10, 16, "ids"))
+        truth = {t["key"]: t for t in http_json(f"{url}/truth")["requests"]}
+    assert len(records) == len(truth) == 8
+    for r in records:
+        t = truth[f"ids:{r.conversation}"]
+        assert r.status == "ok", r.error
+        assert r.output_token_ids == t["token_ids"] and len(t["token_ids"]) == 10
+        assert len(r.itl_ms) == len(t["send_s"]) - 1
+        assert not t["aborted"]
+
+
+def test_vllm_bench_serve_is_driven_against_the_same_source(tmp_path):
+    out = tmp_path / "fidelity.json"
+    args = ["--streams", "2", "--tokens", "8", "--rounds", "1", "--itl-ms", "5"]
+    run_module("benchmarks.timing_fidelity", [*args, "--out", str(out)], 900)
+    vb = json.loads(out.read_text())["results"]["vllm_bench_serve"]
+    assert "unavailable" not in vb, vb.get("unavailable")
+    assert vb["2"]["matched"] == vb["2"]["requests"] == 2
+    assert vb["2"]["itl_count_mismatches"] == 0
+    assert set(vb["2"]["itl_abs_error_ms"]) == STAT_KEYS
+
+
+def test_router_overhead_through_the_router_to_the_token_source(tmp_path):
+    out = tmp_path / "router.json"
+    args = ["--upstream", "source", "--pairs", "4", "--warmup", "1", "--tokens", "6"]
+    run_module("benchmarks.router_overhead", [*args, "--out", str(out)], 300)
+    res = json.loads(out.read_text())["results"]
+    assert res["pairs"] == 4 and res["same_tokens"] is None
+    for metric in ("ttft_ms", "e2e_ms"):
+        assert {"direct", "router", "added_ms", "paired_diff_ms"} <= set(res[metric])
+        assert set(res[metric]["added_ms"]) == {"p50", "p99", "mean"}
+
+
+def test_router_overhead_against_vllm_keeps_greedy_tokens(tmp_path):
+    out = tmp_path / "router.json"
+    args = ["--pairs", "3", "--warmup", "1", "--tokens", "8", "--prompt-tokens", "32"]
+    run_module("benchmarks.router_overhead", [*args, "--out", str(out)], 900)
+    res = json.loads(out.read_text())["results"]
+    assert res["pairs"] == 3
+    assert res["same_tokens"] is True  # greedy: the router relays the very tokens vLLM sent
+    assert set(res["meets_target"]) == {"ttft_p50", "ttft_p99"}

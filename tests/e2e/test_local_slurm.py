@@ -1,0 +1,173 @@
+"""The real local SLURM cluster (scripts/local-slurm.sh): 2-node jobs through pdbench's executor.
+
+Needs root (the script installs Debian's slurm and munge when missing, edits /etc/hosts and
+runs the daemons). The session fixture starts the cluster and stops it afterwards if it was
+not up before. Waits are bounded polls; nothing asserts on wall-clock durations.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from hydra import compose, initialize_config_dir
+from hydra.core.global_hydra import GlobalHydra
+from omegaconf import OmegaConf
+
+from pdbench.config import ClusterConfig, ExecutorKind, register_configs
+from pdbench.executors import SlurmJob, make_executor
+from pdbench.sbatch import sbatch_script
+
+REPO = Path(__file__).resolve().parents[2]
+SCRIPT = REPO / "scripts" / "local-slurm.sh"
+JOB_TIMEOUT_S = 300  # bound on waiting for a job; a healthy cluster needs seconds
+
+
+def _script(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        ["bash", str(SCRIPT), *args], capture_output=True, text=True, check=check, timeout=900
+    )
+
+
+@pytest.fixture(scope="session")
+def local_slurm() -> Iterator[str]:
+    """Start the local cluster; yields its SLURM_CONF (also exported for submitit's calls)."""
+    if os.geteuid() != 0:
+        pytest.skip("the local SLURM cluster needs root (daemons, /etc/hosts, apt-get)")
+    if shutil.which("slurmctld") is None and shutil.which("apt-get") is None:
+        pytest.skip("SLURM is not installed and there is no apt-get to install it")
+    was_up = _script("status", check=False).returncode == 0
+    started = _script("start", check=False)
+    if started.returncode != 0:
+        pytest.fail(f"scripts/local-slurm.sh start failed:\n{started.stdout}\n{started.stderr}")
+    conf = _script("env").stdout.strip().removeprefix("export SLURM_CONF=")
+    previous = os.environ.get("SLURM_CONF")
+    os.environ["SLURM_CONF"] = conf
+    yield conf
+    if previous is None:
+        os.environ.pop("SLURM_CONF", None)
+    else:
+        os.environ["SLURM_CONF"] = previous
+    if not was_up:
+        _script("stop", check=False)
+
+
+def slurm_preset() -> ClusterConfig:
+    """conf/cluster/slurm.yaml composed by Hydra (the cluster group alone)."""
+    register_configs()
+    GlobalHydra.instance().clear()
+    try:
+        with initialize_config_dir(config_dir=str(REPO / "conf"), version_base=None):
+            cfg = compose(overrides=["+cluster=slurm"])
+    finally:
+        GlobalHydra.instance().clear()
+    cluster = OmegaConf.to_object(cfg.cluster)
+    assert isinstance(cluster, ClusterConfig)
+    return cluster
+
+
+def wait_done(job, timeout_s: float = JOB_TIMEOUT_S) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not job.done(force_check=True):
+        if time.monotonic() > deadline:
+            pytest.fail(f"job {job.job_id} not done after {timeout_s}s (state {job.state})")
+        time.sleep(0.5)
+
+
+def wait_state(job, wanted: str, timeout_s: float = JOB_TIMEOUT_S) -> None:
+    deadline = time.monotonic() + timeout_s
+    while (state := job.get_info(mode="force").get("State", "")) != wanted:
+        if time.monotonic() > deadline:
+            pytest.fail(f"job {job.job_id} not {wanted} after {timeout_s}s (state {state})")
+        time.sleep(0.5)
+
+
+@pytest.mark.e2e
+@pytest.mark.slurm
+def test_two_node_job_runs_one_task_per_node(local_slurm: str, tmp_path: Path) -> None:
+    cluster = slurm_preset()
+    assert cluster.executor is ExecutorKind.slurm
+
+    def probe() -> tuple[int, str, str]:
+        import os
+
+        from pdbench.slurm_env import TaskEnvironment
+
+        task = TaskEnvironment.from_environ()
+        return task.global_rank, os.environ.get("SLURMD_NODENAME", ""), task.address
+
+    folder = tmp_path / "submitit"
+    executor = make_executor(cluster, folder, nodes=2, job_name="pdbench-probe")
+    job = executor.submit(probe)
+    # What was submitted is what a dry run prints.
+    submitted = job.paths.submission_file.read_text()
+    assert submitted == sbatch_script(cluster, 2, "pdbench-probe", folder.absolute())
+    wait_done(job)
+    results = sorted(job.results())
+    assert [(rank, node) for rank, node, _ in results] == [(0, "node1"), (1, "node2")]
+    addresses = [address for _, _, address in results]
+    assert addresses == [socket.gethostbyname("node1"), socket.gethostbyname("node2")]
+    assert len(set(addresses)) == 2
+    assert "127.0.0.1" not in addresses
+    wait_state(job, "COMPLETED")  # the results exist before SLURM ends the job
+
+
+@pytest.mark.e2e
+@pytest.mark.slurm
+def test_cancelled_job_is_seen_without_sacct(local_slurm: str, tmp_path: Path) -> None:
+    assert subprocess.run(["sacct"], capture_output=True).returncode != 0, "expected no sacct"
+    cluster = slurm_preset()
+    executor = make_executor(cluster, tmp_path / "submitit", nodes=2, job_name="pdbench-sleep")
+    job = executor.submit(time.sleep, 3600)
+    wait_state(job, "RUNNING")
+    subprocess.run(["scancel", job.job_id], check=True, timeout=60)
+    wait_done(job)
+    assert job.state == "CANCELLED"
+    assert SlurmJob.watcher.source == "squeue"
+
+
+@pytest.mark.e2e
+@pytest.mark.slurm
+def test_array_job_elements_are_pdbench_jobs(local_slurm: str, tmp_path: Path) -> None:
+    cluster = slurm_preset()
+
+    def where(index: int) -> tuple[int, str]:
+        import os
+
+        return index, os.environ.get("SLURMD_NODENAME", "")
+
+    executor = make_executor(cluster, tmp_path / "submitit", nodes=1, job_name="pdbench-array")
+    jobs = executor.map_array(where, [0, 1])
+    assert all(isinstance(job, SlurmJob) for job in jobs)
+    for job in jobs:
+        wait_done(job)
+    results = sorted(job.result() for job in jobs)
+    assert [index for index, _ in results] == [0, 1]
+    assert {node for _, node in results} <= {"node1", "node2"}
+    for job in jobs:
+        wait_state(job, "COMPLETED")
+
+
+@pytest.mark.e2e
+def test_local_executor_runs_two_ranked_tasks(tmp_path: Path) -> None:
+    """The same probe on LocalExecutor: two tasks on this machine, ranks 0 and 1."""
+    cluster = ClusterConfig(executor=ExecutorKind.local, time_limit_min=5)
+
+    def probe() -> tuple[int, int, str, str]:
+        from pdbench.slurm_env import TaskEnvironment
+
+        task = TaskEnvironment.from_environ()
+        return task.global_rank, task.num_tasks, task.executor, task.address
+
+    executor = make_executor(cluster, tmp_path / "submitit", nodes=2, job_name="pdbench-probe")
+    job = executor.submit(probe)
+    wait_done(job)
+    results = sorted(job.results())
+    assert [result[:3] for result in results] == [(0, 2, "local"), (1, 2, "local")]
+    assert results[0][3] == results[1][3]  # one machine, one address

@@ -1,0 +1,144 @@
+"""The HTML report in a real browser: headless Chromium loads it and every plot decodes.
+
+Needs the Debian package ``chromium`` (``make system-deps`` installs it); skipped with that
+reason when it is absent. Also logs the analysis to W&B in offline mode (the real library).
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from analysis.synthetic import SyntheticDeployment, write_synthetic_run
+
+pytestmark = pytest.mark.e2e
+
+REPO = Path(__file__).resolve().parents[2]
+BROWSERS = ("chromium", "chromium-browser", "google-chrome")
+CHECK = """<script>
+window.addEventListener("load", function () {
+  var imgs = Array.prototype.slice.call(document.images);
+  var out = document.createElement("pre");
+  out.id = "pdbench-check";
+  out.textContent = JSON.stringify({
+    images: imgs.length,
+    widths: imgs.map(function (i) { return i.naturalWidth; }),
+    broken: imgs.filter(function (i) { return !(i.complete && i.naturalWidth > 0); })
+                .map(function (i) { return i.alt; }),
+    answer: (document.getElementById("answer") || {}).innerText || ""
+  });
+  document.body.appendChild(out);
+});
+</script>"""
+
+
+def browser() -> str:
+    found = next((shutil.which(b) for b in BROWSERS if shutil.which(b)), None)
+    if found is None:
+        pytest.skip("headless Chromium not installed (Debian: apt-get install -y chromium)")
+    return found
+
+
+def run_owned(cmd: list[str], timeout_s: float, **kw) -> subprocess.CompletedProcess:
+    """Run ``cmd`` in its own session; on timeout kill its whole process group."""
+    proc = subprocess.Popen(
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True, **kw
+    )
+    try:
+        out, err = proc.communicate(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        out, err = proc.communicate()
+        pytest.fail(f"timed out after {timeout_s}s: {' '.join(cmd)}\n{err[-2000:]}")
+    return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
+
+
+def chromium(exe: str, profile: Path, *args: str) -> subprocess.CompletedProcess:
+    flags = [
+        "--headless",
+        "--no-sandbox",  # running as root in CI
+        "--disable-gpu",
+        "--no-first-run",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        f"--user-data-dir={profile}",
+    ]
+    return run_owned([exe, *flags, *args], timeout_s=180)
+
+
+def analyse(run_dir: Path, *extra: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    res = run_owned(
+        [sys.executable, "-m", "analysis", str(run_dir), *extra], timeout_s=300, cwd=REPO, env=env
+    )
+    assert res.returncode == 0, res.stdout + res.stderr
+    return res
+
+
+@pytest.fixture(scope="module")
+def analysed(tmp_path_factory):
+    root = write_synthetic_run(
+        tmp_path_factory.mktemp("render") / "run",
+        [
+            SyntheticDeployment(),
+            SyntheticDeployment(transport="tcp", alpha_s=0.03, beta_bytes_per_s=0.2e9),
+            SyntheticDeployment(d_tp=2, alpha_s=0.02),
+        ],
+        noise=0.05,
+        failed_point=True,
+    )
+    res = analyse(root)
+    return root, res
+
+
+def test_report_renders_and_every_image_loads(analysed, tmp_path):
+    exe = browser()
+    root, res = analysed
+    assert "pull beats recompute above" in res.stdout
+    report = root / "analysis" / "report.html"
+    pngs = sorted((root / "analysis").glob("*.png"))
+    assert len(pngs) >= 5
+    page = tmp_path / "check.html"
+    page.write_text(report.read_text().replace("</body>", CHECK + "</body>"))
+    dom = chromium(
+        exe, tmp_path / "profile", "--virtual-time-budget=20000", "--dump-dom", page.as_uri()
+    )
+    m = re.search(r'<pre id="pdbench-check">(.*?)</pre>', dom.stdout, re.S)
+    assert m, f"the check script did not run\n{dom.stderr[-3000:]}"
+    check = json.loads(html.unescape(m.group(1)))
+    assert check["images"] == len(pngs), check
+    assert check["broken"] == [] and min(check["widths"]) > 100, check
+    assert "Pull or recompute?" in check["answer"]
+    assert "recommended kv_recompute_threshold" in check["answer"]
+
+
+def test_report_screenshot(analysed, tmp_path):
+    exe = browser()
+    root, _ = analysed
+    shot = root / "analysis" / "report-screenshot.png"  # kept beside the report to look at
+    page = (root / "analysis" / "report.html").as_uri()
+    res = chromium(
+        exe, tmp_path / "profile", "--window-size=1280,2600", f"--screenshot={shot}", page
+    )
+    assert shot.is_file(), res.stderr[-3000:]
+    data = shot.read_bytes()
+    assert data.startswith(b"\x89PNG") and len(data) > 50_000  # a page, not a blank
+
+
+def test_wandb_offline_logging(tmp_path):
+    root = write_synthetic_run(tmp_path / "run", histories=(0, 512, 1024), bench=False)
+    res = analyse(root, "-q", "--wandb", "--wandb-report")
+    assert "W&B: logged offline" in res.stdout, res.stdout + res.stderr
+    assert "W&B Report: skipped" in res.stdout  # offline: no server to build it on
+    runs = list((root / "analysis" / "wandb" / "wandb").glob("offline-run-*"))
+    assert len(runs) == 1 and list(runs[0].glob("*.wandb")), runs

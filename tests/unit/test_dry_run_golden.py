@@ -1,0 +1,68 @@
+"""What `launch.dry_run=true` prints for GPU-cluster deployments, pinned by golden files:
+every server command line and environment per node, the points and the sbatch script.
+
+After an intended change, regenerate and review the diff:
+    PDBENCH_UPDATE_GOLDEN=1 pytest tests/unit/test_dry_run_golden.py
+"""
+
+from __future__ import annotations
+
+import os
+from unittest import mock
+
+import pytest
+from hydra import compose, initialize_config_dir
+from hydra.core.global_hydra import GlobalHydra
+from omegaconf import OmegaConf
+
+from pdbench.config import RunConfig, register_configs
+from pdbench.launch import describe_plan, model_path_for
+from pdbench.plan import make_plan
+from pdbench.validate import validate
+from tests.unit.test_sbatch_golden import CONF_DIR, check_golden
+
+pytestmark = pytest.mark.unit
+
+CASES = {
+    "dry_llama3_8b_1p1d_tp1_nvlink": ["topology=1p1d", "transport=nvlink"],
+    "dry_llama3_8b_p2_d4_nvlink": ["topology=p2_d4", "transport=nvlink"],
+    "dry_llama3_8b_2p2d_cross_rdma": ["topology=2p2d_cross", "transport=rdma"],
+    "dry_llama3_8b_2p2d_cross_nvlink": ["topology=2p2d_cross", "transport=nvlink"],
+}
+BASE = [
+    "+experiment=smoke",
+    "model=llama3_8b",
+    "cluster=h100_8gpu",
+    "cluster.nodes=2",
+    "dir=/RUN",
+    "cache_dir=/CACHE",
+]
+
+
+def compose_run(overrides: list[str]) -> RunConfig:
+    register_configs()
+    GlobalHydra.instance().clear()
+    machine = [k for k in os.environ if k.startswith(("PDBENCH_SLURM_", "PDBENCH_VENV"))]
+    with mock.patch.dict(os.environ):
+        for key in machine:
+            del os.environ[key]
+        with initialize_config_dir(config_dir=str(CONF_DIR), version_base=None):
+            cfg = OmegaConf.to_object(compose(config_name="config", overrides=overrides))
+    GlobalHydra.instance().clear()
+    return cfg
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_dry_run_text_is_pinned(name):
+    cfg = compose_run(BASE + CASES[name])
+    assert validate(cfg) == [], [str(p) for p in validate(cfg)]
+    text = describe_plan(cfg, make_plan(cfg), model_path_for(cfg, create=False))
+    check_golden(name, text)
+
+
+def test_cross_node_rdma_sets_ucx_and_binds_node_addresses():
+    cfg = compose_run(BASE + CASES["dry_llama3_8b_2p2d_cross_rdma"])
+    text = describe_plan(cfg, make_plan(cfg), model_path_for(cfg, create=False))
+    assert "UCX_TLS=" in text and "UCX_NET_DEVICES=" in text
+    assert "--host '<node1>'" in text and "127.0.0.1" not in text
+    assert text.count("#SBATCH --nodes=2") == 1

@@ -1,0 +1,218 @@
+"""ClusterConfig -> submitit executor keywords, and the sacct/squeue job-state watcher."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from unittest import mock
+
+import pytest
+import submitit
+
+from pdbench import executors
+from pdbench.config import ClusterConfig, ExecutorKind
+from pdbench.executors import (
+    PURGED,
+    SlurmExecutor,
+    SlurmJob,
+    SlurmStateWatcher,
+    env_exports,
+    executor_parameters,
+    make_executor,
+)
+
+pytestmark = pytest.mark.unit
+
+
+def slurm_cluster(**overrides) -> ClusterConfig:
+    base = dict(name="test", executor=ExecutorKind.slurm, partition="p", time_limit_min=30)
+    return ClusterConfig(**{**base, **overrides})
+
+
+def test_minimal_slurm_parameters() -> None:
+    params = executor_parameters(slurm_cluster(), nodes=2, job_name="dep-1")
+    assert params == {
+        "job_name": "dep-1",
+        "time": 30,
+        "nodes": 2,
+        "ntasks_per_node": 1,
+        "signal_delay_s": executors.SIGNAL_DELAY_S,
+        "array_parallelism": 4,
+        "partition": "p",
+    }
+
+
+def test_every_cluster_field_maps_to_slurm() -> None:
+    cluster = slurm_cluster(
+        gpus_per_node=8,
+        cpus_per_task=32,
+        mem_gb=500,
+        account="acct",
+        qos="high",
+        constraint="h100",
+        exclusive=True,
+        array_parallelism=3,
+        additional_parameters={"gres-flags": "enforce-binding"},
+        setup=["module load cuda"],
+        env={"NCCL_IB_HCA": "mlx5", "ODD": "a b"},
+    )
+    params = executor_parameters(cluster, nodes=1, job_name="j")
+    assert params["gpus_per_node"] == 8
+    assert params["cpus_per_task"] == 32
+    assert params["srun_args"] == ["--cpus-per-task=32"]
+    assert params["mem"] == "500GB"
+    assert (params["account"], params["qos"], params["constraint"]) == ("acct", "high", "h100")
+    assert params["exclusive"] is True
+    assert params["array_parallelism"] == 3
+    assert params["additional_parameters"] == {"gres-flags": "enforce-binding"}
+    assert params["setup"] == [
+        "module load cuda",
+        "export NCCL_IB_HCA=mlx5",
+        "export ODD='a b'",
+    ]
+
+
+def test_cpus_per_node_is_the_task_width_when_cpus_per_task_is_unset() -> None:
+    params = executor_parameters(slurm_cluster(cpus_per_node=16), nodes=1, job_name="j")
+    assert params["cpus_per_task"] == 16
+    assert "cpus_per_task" not in executor_parameters(slurm_cluster(), nodes=1, job_name="j")
+
+
+def test_slurm_parameters_are_valid_for_submitit() -> None:
+    """SlurmExecutor rejects unknown keywords: every key must be one of its parameters."""
+    cluster = slurm_cluster(
+        gpus_per_node=1,
+        cpus_per_task=2,
+        mem_gb=1,
+        exclusive=True,
+        setup=["true"],
+        env={"A": "1"},
+        additional_parameters={"x": 1},
+    )
+    params = executor_parameters(cluster, nodes=2, job_name="j")
+    valid = set(submitit.SlurmExecutor._valid_parameters())
+    assert set(params) <= valid
+
+
+def test_local_parameters_run_one_task_per_plan_node() -> None:
+    cluster = ClusterConfig(executor=ExecutorKind.local, time_limit_min=10, env={"X": "1"})
+    params = executor_parameters(cluster, nodes=3, job_name="j")
+    assert params["tasks_per_node"] == 3
+    assert params["timeout_min"] == 10
+    assert params["setup"] == ["export X=1"]
+    assert "nodes" not in params  # LocalExecutor accepts one node only
+
+
+@pytest.mark.parametrize(("limit_min", "delay_s"), [(30, 120), (4, 120), (3, 90), (1, 30)])
+def test_signal_comes_before_the_limit_even_for_short_jobs(limit_min: int, delay_s: int) -> None:
+    for cluster in (
+        slurm_cluster(time_limit_min=limit_min),
+        ClusterConfig(time_limit_min=limit_min),
+    ):
+        params = executor_parameters(cluster, nodes=1, job_name="j")
+        assert params["signal_delay_s"] == delay_s
+
+
+def test_zero_nodes_is_rejected() -> None:
+    with pytest.raises(ValueError, match="at least one node"):
+        executor_parameters(slurm_cluster(), nodes=0, job_name="j")
+
+
+@pytest.mark.parametrize("name", ["1X", "A-B", "A B", ""])
+def test_env_names_are_checked(name: str) -> None:
+    with pytest.raises(ValueError, match="environment variable name"):
+        env_exports({name: "1"})
+
+
+def test_make_executor_local(tmp_path: Path) -> None:
+    cluster = ClusterConfig(executor=ExecutorKind.local, time_limit_min=7)
+    executor = make_executor(cluster, tmp_path / "sub", nodes=2, job_name="j")
+    assert isinstance(executor, submitit.LocalExecutor)
+    assert executor.parameters["tasks_per_node"] == 2
+    assert executor.parameters["timeout_min"] == 7
+
+
+def test_make_executor_debug(tmp_path: Path) -> None:
+    cluster = ClusterConfig(executor=ExecutorKind.debug)
+    executor = make_executor(cluster, tmp_path / "sub", nodes=1, job_name="j")
+    assert isinstance(executor, submitit.DebugExecutor)
+
+
+def test_make_executor_slurm(tmp_path: Path) -> None:
+    cluster = slurm_cluster(cpus_per_task=2, python="/opt/venv/bin/python")
+    with mock.patch.object(SlurmExecutor, "affinity", return_value=2):  # no srun needed
+        executor = make_executor(cluster, tmp_path / "sub", nodes=2, job_name="j")
+    assert isinstance(executor, SlurmExecutor)
+    assert executor.job_class is SlurmJob
+    assert executor.python == "/opt/venv/bin/python"
+    assert executor.parameters == executor_parameters(cluster, nodes=2, job_name="j")
+
+
+# --- job state without accounting -------------------------------------------------------
+
+SQUEUE_OUTPUT = b"""12|RUNNING|node[1-2]
+13|CANCELLED|node1
+14_[2-3%2]|PENDING|
+14_1|COMPLETED|node2
+"""
+
+
+def squeue_watcher(*registered: str) -> SlurmStateWatcher:
+    watcher = SlurmStateWatcher(delay_s=60)
+    watcher.source = "squeue"
+    for job_id in registered:
+        watcher.register_job(job_id)
+    return watcher
+
+
+def test_squeue_output_is_read_like_sacct() -> None:
+    info = squeue_watcher("12", "13", "14_1", "14_3").read_info(SQUEUE_OUTPUT)
+    assert info["12"]["State"] == "RUNNING"
+    assert info["13"]["State"] == "CANCELLED"
+    assert info["14_1"]["State"] == "COMPLETED"
+    assert info["14_3"]["State"] == "PENDING"
+    assert info["12"]["NodeList"] == "node[1-2]"
+
+
+def test_watched_job_missing_from_squeue_is_purged_and_done() -> None:
+    watcher = squeue_watcher("12", "99")
+    info = watcher.read_info(SQUEUE_OUTPUT)
+    assert info["99"]["State"] == PURGED
+    watcher._info_dict.update(info)
+    assert watcher.is_done("99", mode="cache")
+    assert not watcher.is_done("12", mode="cache")
+
+
+def test_sacct_is_used_when_it_works() -> None:
+    watcher = SlurmStateWatcher()
+    watcher.register_job("5")
+    with mock.patch.object(executors, "_succeeds", return_value=True):
+        command = watcher._make_command()
+    assert command is not None and command[0] == "sacct"
+    assert watcher.source == "sacct"
+
+
+def test_squeue_is_used_when_sacct_fails() -> None:
+    watcher = SlurmStateWatcher()
+    watcher.register_job("5")
+    with mock.patch.object(executors, "_succeeds", return_value=False):
+        command = watcher._make_command()
+    assert command is not None and command[0] == "squeue"
+    assert "--states=all" in command
+    with mock.patch.object(executors, "_succeeds") as probe:
+        watcher._make_command()
+    probe.assert_not_called()  # probed once per watcher
+
+
+def test_state_source_from_environment() -> None:
+    with mock.patch.dict("os.environ", {executors.STATE_SOURCE_ENV: "squeue"}):
+        watcher = SlurmStateWatcher()
+    watcher.register_job("5")
+    with mock.patch.object(executors, "_succeeds") as probe:
+        assert watcher._make_command()[0] == "squeue"
+    probe.assert_not_called()
+
+
+def test_nothing_to_poll_without_unfinished_jobs() -> None:
+    with mock.patch.object(executors, "_succeeds") as probe:
+        assert SlurmStateWatcher()._make_command() is None
+    probe.assert_not_called()

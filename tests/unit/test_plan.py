@@ -1,0 +1,81 @@
+import pytest
+
+from pdbench.config import Flow, Placement
+from pdbench.plan import SIDE_CHANNEL_STRIDE, make_plan
+from tests.unit.helpers import cpu_run, gpu_run
+
+pytestmark = pytest.mark.unit
+
+
+def test_smoke_plan_one_deployment_three_points():
+    plan = make_plan(cpu_run())
+    assert len(plan.deployments) == 1
+    dep = plan.deployments[0]
+    assert [i.role for i in dep.instances] == ["prefill", "decode"]
+    assert [p.flow for p in plan.points[dep.deployment_id]] == [Flow.agg, Flow.recompute, Flow.pull]
+    assert dep.bidirectional  # pull needs it
+
+
+def test_cpu_instances_pinned_to_distinct_cores_and_ports():
+    dep = make_plan(cpu_run()).deployments[0]
+    p, d = dep.instances
+    assert p.cpus == (0,) and d.cpus == (1,)
+    assert p.http_port != d.http_port
+    assert d.side_channel_port - p.side_channel_port == SIDE_CHANNEL_STRIDE
+    assert dep.agg_instance is d  # no agg instance in 1p1d: agg runs on D
+
+
+def test_ids_are_stable_and_change_with_the_config():
+    a = make_plan(cpu_run()).all_points()
+    b = make_plan(cpu_run()).all_points()
+    assert [p.point_id for p in a] == [p.point_id for p in b]
+    cfg = cpu_run()
+    cfg.workload.output_tokens += 1
+    c = make_plan(cfg).all_points()
+    assert {p.point_id for p in a}.isdisjoint({p.point_id for p in c})
+    assert a[0].deployment_id == c[0].deployment_id  # workload is not a deployment axis
+
+
+def test_history_sweep_and_threshold_sweep_expand():
+    cfg = cpu_run()
+    cfg.workload.history_tokens = [0, 128, 512]
+    cfg.flow.kv_recompute_thresholds = [0, 64, 256]
+    plan = make_plan(cfg)
+    assert [d.kv_recompute_threshold for d in plan.deployments] == [0, 64, 256]
+    assert len({d.deployment_id for d in plan.deployments}) == 3
+    assert all(len(v) == 9 for v in plan.points.values())
+
+
+def test_heterogeneous_tp_packs_gpus_on_one_node():
+    dep = make_plan(gpu_run(p_tp=2, d_tp=4)).deployments[0]
+    p, d = dep.instances
+    assert (p.gpus, d.gpus) == ((0, 1), (2, 3, 4, 5))
+    assert p.node == d.node == 0 and dep.nodes == 1
+
+
+def test_cross_node_puts_decode_on_its_own_node():
+    dep = make_plan(gpu_run(p=2, d=2, placement=Placement.cross_node, nodes=2)).deployments[0]
+    assert [(i.name, i.node, i.gpus) for i in dep.instances] == [
+        ("prefill0", 0, (0,)),
+        ("prefill1", 0, (1,)),
+        ("decode0", 1, (0,)),
+        ("decode1", 1, (1,)),
+    ]
+    assert dep.nodes == 2
+
+
+def test_same_node_spills_when_full():
+    dep = make_plan(gpu_run(p_tp=4, d_tp=8)).deployments[0]
+    assert [(i.node, i.gpus) for i in dep.instances] == [(0, (0, 1, 2, 3)), (1, tuple(range(8)))]
+
+
+def test_manifest_merges_deployments_of_a_multirun():
+    from pdbench.launch import merge_deployments
+
+    first = make_plan(cpu_run())
+    cfg = cpu_run()
+    cfg.workload.user_tokens = 48  # another workload on the same servers
+    second = make_plan(cfg)
+    merged = merge_deployments(merge_deployments([], first), second)
+    assert len(merged) == 1
+    assert len(merged[0]["points"]) == 6

@@ -1,0 +1,66 @@
+import json
+
+import pytest
+
+from pdbench.config import Flow
+from pdbench.plan import make_plan
+from pdbench.serve_command import kv_transfer_config, serve_command, serve_env
+from tests.unit.helpers import cpu_run, gpu_run
+
+pytestmark = pytest.mark.unit
+
+
+def _flag(cmd, name):
+    return cmd[cmd.index(name) + 1]
+
+
+def test_cpu_prefill_command_and_env():
+    dep = make_plan(cpu_run()).deployments[0]
+    p, d = dep.instances
+    cmd = serve_command(dep, p, "/m", "127.0.0.1", "python")
+    assert cmd[:3] == ["python", "-m", "vllm.entrypoints.openai.api_server"]
+    assert _flag(cmd, "--port") == str(p.http_port) and _flag(cmd, "--host") == "127.0.0.1"
+    assert _flag(cmd, "--block-size") == "32"
+    assert "--no-enable-prefix-caching" in cmd  # P off by default
+    assert "--enable-prefix-caching" in serve_command(dep, d, "/m", "127.0.0.1", "python")
+    kv = json.loads(_flag(cmd, "--kv-transfer-config"))
+    assert kv["kv_connector"] == "NixlConnector"
+    assert kv["kv_connector_module_path"] == "connector.vllm_plugin"
+    assert kv["kv_buffer_device"] == "cpu"
+    assert kv["kv_connector_extra_config"]["bidirectional_kv_xfer"] is True
+    env = serve_env(dep, p, "127.0.0.1", "/kv", "/tr")
+    assert env["VLLM_CPU_OMP_THREADS_BIND"] == "0"
+    assert serve_env(dep, d, "127.0.0.1", "/kv", "/tr")["VLLM_CPU_OMP_THREADS_BIND"] == "1"
+    assert env["VLLM_NIXL_SIDE_CHANNEL_PORT"] == str(p.side_channel_port)
+    assert env["PDBENCH_KV_PARAMS_DIR"] == "/kv"
+    assert "CUDA_VISIBLE_DEVICES" not in env
+
+
+def test_recompute_only_does_not_enable_bidirectional():
+    cfg = cpu_run()
+    cfg.flow.flows = [Flow.recompute]
+    kv = kv_transfer_config(make_plan(cfg).deployments[0])
+    assert "bidirectional_kv_xfer" not in kv["kv_connector_extra_config"]
+    assert kv["kv_connector_extra_config"]["kv_recompute_threshold"] == 64
+
+
+def test_a_failed_kv_pull_is_recomputed_unless_told_otherwise():
+    cfg = cpu_run()
+    assert kv_transfer_config(make_plan(cfg).deployments[0])["kv_load_failure_policy"] == (
+        "recompute"
+    )
+    cfg.server.kv_load_failure_policy = "fail"
+    assert kv_transfer_config(make_plan(cfg).deployments[0])["kv_load_failure_policy"] == "fail"
+
+
+def test_gpu_rdma_heterogeneous_tp():
+    dep = make_plan(gpu_run(p_tp=2, d_tp=4)).deployments[0]
+    p, d = dep.instances
+    cmd = serve_command(dep, d, "/models/llama", "10.0.0.5", "python")
+    assert _flag(cmd, "--tensor-parallel-size") == "4"
+    assert "--gpu-memory-utilization" in cmd
+    env = serve_env(dep, d, "10.0.0.5", "/kv", "/tr")
+    assert env["CUDA_VISIBLE_DEVICES"] == "2,3,4,5"
+    assert env["UCX_TLS"] == "rc,cuda_copy"
+    assert env["VLLM_NIXL_SIDE_CHANNEL_HOST"] == "10.0.0.5"
+    assert json.loads(_flag(cmd, "--kv-transfer-config"))["kv_buffer_device"] == "cuda"

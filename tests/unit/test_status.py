@@ -1,0 +1,32 @@
+import pytest
+
+from pdbench.launch import write_manifest
+from pdbench.plan import make_plan
+from pdbench.results import PointResult, RunStore
+from pdbench.status import print_status
+from tests.unit.helpers import cpu_run
+
+pytestmark = pytest.mark.unit
+
+
+def test_status_counts_done_failed_pending_and_names_logs(tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr("pdbench.provenance.collect", lambda: {})
+    cfg = cpu_run(dir=str(tmp_path))
+    plan = make_plan(cfg)
+    store = RunStore(tmp_path)
+    write_manifest(cfg, plan, store, "/model")
+    agg, recompute, _pull = plan.all_points()
+    store.write_point(PointResult(agg.point_id, "ok", "", "agg", {}, {}), [])
+    store.write_point(
+        PointResult(recompute.point_id, "failed", "D died\ntrace", "recompute", {}, {}), []
+    )
+    print_status(str(tmp_path))
+    out = capsys.readouterr().out
+    assert "1 ok, 1 failed, 1 pending of 3" in out
+    assert f"failed {recompute.point_id}: D died" in out
+    assert "server logs:" in out
+
+
+def test_status_of_a_missing_run_says_how_to_fix(tmp_path):
+    with pytest.raises(SystemExit, match="no manifest.json"):
+        print_status(str(tmp_path / "nope"))

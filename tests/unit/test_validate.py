@@ -1,0 +1,239 @@
+"""validate(): one test per class of problem; each names the field, the value and the fix."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from pdbench.config import (
+    ClusterConfig,
+    ExecutorKind,
+    Flow,
+    Placement,
+    RoleSpec,
+    TopologyConfig,
+)
+from pdbench.validate import ConfigError, ConfigProblem, check, validate
+from tests.unit.helpers import cpu_run, gpu_run
+
+pytestmark = pytest.mark.unit
+
+
+def problems_for(cfg, field: str) -> list[ConfigProblem]:
+    return [p for p in validate(cfg) if p.field == field]
+
+
+def only(cfg, field: str, value, *words: str) -> ConfigProblem:
+    """The one problem of ``field``; its line names field=value, the words and a fix."""
+    found = problems_for(cfg, field)
+    assert len(found) == 1, [str(p) for p in validate(cfg)]
+    line = str(found[0])
+    assert line.startswith(f"{field}={value}: "), line
+    assert ". Fix: " in line and found[0].fix, line
+    for word in words:
+        assert word in line, (word, line)
+    return found[0]
+
+
+def test_valid_configs_have_no_problems():
+    assert validate(cpu_run()) == []
+    assert validate(gpu_run()) == []
+    assert validate(gpu_run(p_tp=2, d_tp=4)) == []
+    assert validate(gpu_run(p=2, d=2, placement=Placement.cross_node, nodes=2)) == []
+    check(cpu_run())  # no exception
+
+
+def test_tp_must_divide_attention_heads():
+    only(gpu_run(p_tp=3, d_tp=3), "topology.prefill.tp", 3, "num_attention_heads (32)")
+
+
+def test_tp_must_divide_kv_heads_or_replicate_them_evenly():
+    cfg = gpu_run(p_tp=4, d_tp=4)
+    cfg.model = replace(cfg.model, num_attention_heads=24, num_kv_heads=6, head_dim=128)
+    only(cfg, "topology.prefill.tp", 4, "num_kv_heads (6)")
+    # More ranks than KV heads: vLLM replicates them when tp is a multiple of the KV heads.
+    cfg.topology.prefill.tp = cfg.topology.decode.tp = 8
+    only(cfg, "topology.prefill.tp", 8, "replicate")
+    cfg.model = replace(cfg.model, num_attention_heads=32, num_kv_heads=2)
+    assert problems_for(cfg, "topology.prefill.tp") == []
+
+
+def test_decode_tp_must_be_a_multiple_of_prefill_tp():
+    p = only(gpu_run(p_tp=4, d_tp=2), "topology.decode.tp", 2, "vLLM #43523", "fan-out")
+    assert "prefill" in p.fix
+    cfg = gpu_run(p_tp=4, d_tp=6)
+    cfg.model = replace(cfg.model, num_attention_heads=48, num_kv_heads=12, head_dim=128)
+    cfg.cluster.gpus_per_node = 16
+    only(cfg, "topology.decode.tp", 6, "multiple of topology.prefill.tp (4)")
+
+
+def test_instance_tp_must_fit_a_node():
+    cfg = gpu_run(p_tp=16, d_tp=16)
+    cfg.model = replace(cfg.model, num_attention_heads=64)
+    only(cfg, "topology.prefill.tp", 16, "gpus_per_node (8)")
+
+
+def test_instances_must_fit_the_nodes():
+    # 2 x TP4 prefill + 2 x TP4 decode = 16 GPUs: two 8-GPU nodes, the cluster gives one.
+    only(gpu_run(p_tp=4, d_tp=4, p=2, d=2), "cluster.nodes", 1, "2 nodes", "GPUs")
+
+
+def test_cross_node_needs_two_nodes():
+    cfg = gpu_run(placement=Placement.cross_node, nodes=1)
+    only(cfg, "topology.placement", "cross_node", "cluster.nodes is 1")
+
+
+def test_cpu_instances_must_fit_the_cores():
+    cfg = cpu_run()
+    cfg.server.cpu_threads_per_instance = 2  # 2 instances x 2 threads on 2 cores
+    only(cfg, "server.cpu_threads_per_instance", 2, "needs 4 cores", "offers 2")
+    cfg.server.cpu_threads_per_instance = 3
+    assert any("exceeds the 2 cores" in str(p) for p in validate(cfg))
+
+
+def test_cpu_instances_have_tp_one():
+    cfg = cpu_run()
+    cfg.topology = TopologyConfig(prefill=RoleSpec(1, 2), decode=RoleSpec(1, 2))
+    cfg.cluster.cpus_per_node = 8
+    only(cfg, "topology.prefill.tp", 2, "CPU cluster")
+
+
+def test_pd_flows_need_prefill_and_decode():
+    cfg = cpu_run()
+    cfg.topology = TopologyConfig(
+        name="agg", prefill=RoleSpec(0, 1), decode=RoleSpec(0, 1), agg=RoleSpec(1, 1)
+    )
+    cfg.flow.flows = [Flow.agg, Flow.pull]
+    only(cfg, "flow.flows", "pull", "topology 'agg' has 0 prefill and 0 decode")
+    cfg.flow.flows = [Flow.agg]
+    assert validate(cfg) == []
+
+
+def test_agg_needs_an_agg_or_decode_instance():
+    cfg = cpu_run()
+    cfg.topology = TopologyConfig(name="p_only", prefill=RoleSpec(1, 1), decode=RoleSpec(0, 1))
+    cfg.flow.flows = [Flow.agg]
+    only(cfg, "flow.flows", "agg", "agg instance or a decode instance")
+
+
+def test_thresholds_in_range():
+    cfg = cpu_run()
+    cfg.flow.kv_recompute_threshold = -1
+    cfg.flow.kv_recompute_thresholds = [32, -5]
+    cfg.flow.cache_hit_threshold = 1.5
+    only(cfg, "flow.kv_recompute_threshold", -1, "non-negative")
+    only(cfg, "flow.kv_recompute_thresholds", -5, "non-negative")
+    only(cfg, "flow.cache_hit_threshold", 1.5, "[0, 1]")
+
+
+def test_kv_load_failure_policy_is_one_vllm_knows():
+    cfg = cpu_run()
+    cfg.server.kv_load_failure_policy = "retry"
+    only(cfg, "server.kv_load_failure_policy", "retry", "recompute or fail")
+
+
+def test_decode_first_fallback_is_a_pd_flow():
+    cfg = cpu_run()
+    cfg.flow.decode_first_fallback = Flow.agg
+    only(cfg, "flow.decode_first_fallback", "agg", "P/D flow")
+
+
+def test_cpu_block_size_is_a_multiple_of_32():
+    cfg = cpu_run()
+    cfg.server.block_size = 16
+    only(cfg, "server.block_size", 16, "multiple of 32", "vLLM-CPU")
+    assert problems_for(gpu_run(), "server.block_size") == []  # block 16 on GPUs is fine
+
+
+def test_cpu_head_size_and_buffer_device():
+    cfg = cpu_run()
+    cfg.model = replace(cfg.model, hidden_size=64)  # head_dim 16
+    cfg.transport.kv_buffer_device = "cuda"
+    only(cfg, "model.head_dim", 16, "vLLM-CPU")
+    only(cfg, "transport.kv_buffer_device", "cuda", "gpus_per_node is 0")
+
+
+def test_workload_must_fit_the_context():
+    cfg = cpu_run()
+    cfg.workload.history_tokens = [0, 1900]
+    only(cfg, "workload.history_tokens", 1900, "2220", "max_model_len (2048)")
+    cfg.workload.history_tokens = [1000]
+    cfg.workload.user_tokens_jitter = 0.5  # longest user message 96: 1000 + 4 x 112 fits
+    assert problems_for(cfg, "workload.history_tokens") == []
+
+
+def test_counts_must_be_positive():
+    cfg = cpu_run()
+    cfg.workload.conversations = 0
+    cfg.workload.history_tokens = [-1]
+    cfg.cluster.nodes = 0
+    only(cfg, "workload.conversations", 0, "positive")
+    only(cfg, "workload.history_tokens", -1, "non-negative")
+    only(cfg, "cluster.nodes", 0, "positive")
+
+
+def test_topology_needs_an_instance():
+    cfg = cpu_run()
+    cfg.topology = TopologyConfig(name="empty", prefill=RoleSpec(0, 1), decode=RoleSpec(0, 1))
+    only(cfg, "topology", "empty", "no instance")
+
+
+def test_model_path_needed_unless_generated(tmp_path):
+    cfg = cpu_run()
+    cfg.model = replace(cfg.model, generate=False, path="")
+    only(cfg, "model.path", "''", "nothing to serve")
+    cfg.model = replace(cfg.model, path=str(tmp_path / "missing"))
+    only(cfg, "model.path", tmp_path / "missing", "does not exist")
+    cfg.model = replace(cfg.model, path=str(tmp_path))
+    assert problems_for(cfg, "model.path") == []
+    cfg.model = replace(cfg.model, path="meta-llama/Llama-3.1-8B-Instruct")  # a hub id
+    assert problems_for(cfg, "model.path") == []
+    cfg.model = replace(cfg.model, generate=True, path="/models/x")
+    only(cfg, "model.path", "/models/x", "generate is true")
+
+
+def test_cluster_paths_are_not_checked_from_the_driver():
+    cfg = gpu_run()  # slurm executor: /models/... lives on the cluster's filesystem
+    assert problems_for(cfg, "model.path") == []
+
+
+def test_port_ranges_must_not_overlap():
+    cfg = cpu_run()
+    cfg.server.side_channel_base_port = cfg.server.base_port + 1
+    only(cfg, "server.side_channel_base_port", 8101, "overlaps server.base_port range 8100-8101")
+    cfg = cpu_run()
+    cfg.server.router_port = 5600 + 64  # decode0's side-channel port
+    only(cfg, "server.router_port", 5664, "5600-5664")
+    cfg = cpu_run()
+    cfg.server.base_port = 65535
+    only(cfg, "server.base_port", 65535, "outside 1-65535")
+
+
+def test_tracking_mode():
+    cfg = cpu_run()
+    cfg.tracking.mode = "offlne"
+    only(cfg, "tracking.mode", "offlne", "offline")
+
+
+def test_check_lists_every_problem_one_per_line():
+    cfg = gpu_run(p_tp=4, d_tp=2)
+    cfg.flow.cache_hit_threshold = -0.1
+    cfg.workload.turns = 0
+    with pytest.raises(ConfigError) as info:
+        check(cfg)
+    lines = str(info.value).splitlines()
+    assert lines[0] == "3 problem(s) in the config:"
+    assert lines[1:] == [str(p) for p in info.value.problems]
+    fields = {p.field for p in info.value.problems}
+    assert fields == {"topology.decode.tp", "flow.cache_hit_threshold", "workload.turns"}
+    for line in lines[1:]:
+        assert "=" in line and ". Fix: " in line
+
+
+def test_validate_reads_no_cluster_it_is_not_given():
+    # cpus_per_node 0 on CPU: the driver machine's cores; an explicit value wins.
+    cfg = cpu_run()
+    cfg.cluster = ClusterConfig(executor=ExecutorKind.local, cpus_per_node=64)
+    cfg.server.cpu_threads_per_instance = 16
+    assert validate(cfg) == []

@@ -1,0 +1,51 @@
+import pytest
+
+from pdbench.results import RequestRecord
+from pdbench.workload import (
+    FIRST_ID,
+    RequestOptions,
+    _handle_event,
+    build_conversations,
+    completion_body,
+)
+
+pytestmark = pytest.mark.unit
+
+
+def test_conversations_are_deterministic_and_sized():
+    a = build_conversations(3, 4, 64, 128, vocab_size=512, seed=1)
+    b = build_conversations(3, 4, 64, 128, vocab_size=512, seed=1)
+    assert [s.prefix for s in a] == [s.prefix for s in b]
+    assert all(len(s.prefix) == 128 and len(s.user_turns) == 4 for s in a)
+    assert all(len(u) == 64 for s in a for u in s.user_turns)
+    ids = [t for s in a for u in s.user_turns for t in u]
+    assert min(ids) >= FIRST_ID and max(ids) < 512
+    assert a[0].prefix != a[1].prefix
+
+
+def test_body_is_greedy_exact_length_streaming():
+    body = completion_body(RequestOptions("http://x", "m", 16, "pull", "salt"), [5, 6])
+    assert body["temperature"] == 0.0 and body["ignore_eos"] is True
+    assert body["max_tokens"] == body["min_tokens"] == 16
+    assert body["stream"] and body["return_token_ids"] and body["cache_salt"] == "salt"
+
+
+def test_sse_events_fill_the_record():
+    rec = RequestRecord(0, 1, "agg", 2, 0, [], 0.0, [], 0.0, 0.0)
+    assert _handle_event(b'data: {"choices":[{"token_ids":[7]}]}', rec) == 1
+    assert _handle_event(b'data: {"choices":[{"token_ids":[8,9]}]}', rec) == 2
+    usage = b'data: {"choices":[],"usage":{"prompt_tokens_details":{"cached_tokens":64}}}'
+    assert _handle_event(usage, rec) == 0
+    assert _handle_event(b"data: [DONE]", rec) == 0
+    assert rec.output_token_ids == [7, 8, 9] and rec.cached_tokens == 64
+    with pytest.raises(RuntimeError, match="server error"):
+        _handle_event(b'data: {"error": {"message": "boom"}}', rec)
+
+
+def test_long_doc_shares_one_prefix_and_jitter_varies_lengths():
+    specs = build_conversations(3, 5, 40, 256, 512, seed=3, kind="long_doc", jitter=0.5)
+    assert specs[0].prefix == specs[1].prefix == specs[2].prefix
+    lengths = {len(u) for s in specs for u in s.user_turns}
+    assert len(lengths) > 1 and min(lengths) >= 20 and max(lengths) <= 60
+    multi = build_conversations(2, 1, 8, 64, 512, seed=3, kind="multi_turn")
+    assert multi[0].prefix != multi[1].prefix
