@@ -159,9 +159,19 @@ async def stream_one(
             raise RuntimeError("stream ended without tokens")
     except Exception as exc:  # recorded, never dropped
         record.status = "failed"
-        record.error = f"{type(exc).__name__}: {exc}"
+        record.error = describe_failure(exc, opts.timeout_s)
     record.e2e_ms = (time.perf_counter() - start) * 1e3
     return record
+
+
+def describe_failure(exc: BaseException, timeout_s: float) -> str:
+    """A failed request's error line; a bare timeout says which limit it hit."""
+    if isinstance(exc, TimeoutError) and not str(exc):
+        return (
+            f"TimeoutError: no complete answer within {timeout_s:g} s "
+            "(workload.request_timeout_s; a stalled server also shows here)"
+        )
+    return f"{type(exc).__name__}: {exc}"
 
 
 def _handle_event(event: bytes, record: RequestRecord) -> int:

@@ -7,6 +7,7 @@ from pdbench.workload import (
     _handle_event,
     build_conversations,
     completion_body,
+    describe_failure,
 )
 
 pytestmark = pytest.mark.unit
@@ -49,3 +50,13 @@ def test_long_doc_shares_one_prefix_and_jitter_varies_lengths():
     assert len(lengths) > 1 and min(lengths) >= 20 and max(lengths) <= 60
     multi = build_conversations(2, 1, 8, 64, 512, seed=3, kind="multi_turn")
     assert multi[0].prefix != multi[1].prefix
+
+
+def test_a_bare_timeout_names_the_limit_it_hit():
+    assert describe_failure(TimeoutError(), 120.0) == (
+        "TimeoutError: no complete answer within 120 s "
+        "(workload.request_timeout_s; a stalled server also shows here)"
+    )
+    assert describe_failure(RuntimeError("stream ended without tokens"), 120.0) == (
+        "RuntimeError: stream ended without tokens"
+    )
