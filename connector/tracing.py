@@ -22,18 +22,28 @@ vLLM imports this module itself, so vLLM is imported at module level here (and o
 
 from __future__ import annotations
 
+import logging
+
 from vllm.distributed.kv_transfer.kv_connector.v1.nixl.connector import (
     NixlConnector as _VllmNixlConnector,
 )
 
+from connector.core_binding import CoreBinding, restore
 from connector.transfer_trace import install_tracer, trace_settings
+
+logger = logging.getLogger("vllm.pdbench.connector")  # vLLM configures the "vllm" tree
 
 
 class NixlConnector(_VllmNixlConnector):
     """vLLM's NixlConnector (pull mode) with per-transfer trace lines."""
 
     def __init__(self, vllm_config, role, kv_cache_config=None):
+        binding = CoreBinding.capture()
         super().__init__(vllm_config, role, kv_cache_config)
+        if self.connector_worker is not None:
+            restored = restore(binding)
+            if restored is not None:
+                logger.info("pdbench: %s", restored.describe())
         trace_dir, instance_role = trace_settings(vllm_config)
         self.tracer = None
         if trace_dir and self.connector_worker is not None:
