@@ -204,6 +204,11 @@ class TrackingConfig:
 class LaunchConfig:
     dry_run: bool = False
     resume: bool = True
+    # When a Deployment fails (its job failed or a Point of it is not ok: servers that did
+    # not start or died, failed requests): "continue" with the next Deployment, or "stop"
+    # (later Deployments are not started; on SLURM the array's other jobs are cancelled).
+    # Their Points stay pending: rerun the same command to resume.
+    on_failure: str = "continue"
 
 
 @dataclass

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from pdbench.config import ExecutorKind, RunConfig
-from pdbench.plan import Plan, make_plan, to_jsonable
+from pdbench.plan import Deployment, Plan, make_plan, to_jsonable
 from pdbench.results import RunStore
 
 
@@ -176,13 +176,18 @@ def submit_and_follow(cfg: RunConfig, plan: Plan, store: RunStore, model_path: s
     if cfg.cluster.executor is not ExecutorKind.slurm:
         # Local jobs share this machine's cores and ports: one after another.
         results = []
-        for dep, job_fn in zip(pending, job_fns, strict=True):
+        for i, (dep, job_fn) in enumerate(zip(pending, job_fns, strict=True)):
             executor = make_executor(cfg.cluster, folder, dep.nodes, job_name(dep))
             job = executor.submit(job_fn)
             record_job(store, dep.deployment_id, job)
             print(f"[pdbench] submitted {dep.deployment_id} as job {job.job_id}", flush=True)
             results.append(follow(job, points_recorded(plan, store)))
-        return {"submitted": len(pending), "results": results}
+            if stop_after(cfg, plan, store, dep, results[-1]):
+                not_started = [d.deployment_id for d in pending[i + 1 :]]
+                if not_started:
+                    print(f"[pdbench] launch.on_failure=stop: not starting {not_started}")
+                break
+        return {"submitted": len(results), "results": results}
     check_slurm_reachable()
     # SLURM: every deployment of the plan spans the same nodes, so they go out as one job
     # array, at most cluster.array_parallelism running at once.
@@ -193,8 +198,28 @@ def submit_and_follow(cfg: RunConfig, plan: Plan, store: RunStore, model_path: s
     for dep, job in zip(pending, jobs, strict=True):
         record_job(store, dep.deployment_id, job)
         print(f"[pdbench] submitted {dep.deployment_id} as job {job.job_id}", flush=True)
-    results = [follow(job, points_recorded(plan, store)) for job in jobs]
+    results = []
+    for i, (dep, job) in enumerate(zip(pending, jobs, strict=True)):
+        results.append(follow(job, points_recorded(plan, store)))
+        if stop_after(cfg, plan, store, dep, results[-1]):
+            for other in jobs[i + 1 :]:
+                if not other.done():
+                    other.cancel(check=False)
+                    print(f"[pdbench] launch.on_failure=stop: cancelled job {other.job_id}")
+            break
     return {"submitted": len(pending), "results": results}
+
+
+def deployment_failed(plan: Plan, store: RunStore, dep: Deployment, result: dict) -> bool:
+    """A Deployment failed when its job did, or when any of its Points is not ``ok``."""
+    if "error" in result:
+        return True
+    return any(store.point_status(p.point_id) != "ok" for p in plan.points[dep.deployment_id])
+
+
+def stop_after(cfg: RunConfig, plan: Plan, store: RunStore, dep: Deployment, result: dict) -> bool:
+    """Whether ``launch.on_failure=stop`` ends the run after this Deployment."""
+    return cfg.launch.on_failure == "stop" and deployment_failed(plan, store, dep, result)
 
 
 def check_slurm_reachable() -> None:

@@ -34,6 +34,7 @@ from pdbench.plan import PD_FLOWS, SIDE_CHANNEL_STRIDE, place_instances
 CPU_ATTENTION_HEAD_SIZES = (32, 64, 80, 96, 112, 128, 160, 192, 224, 256, 512)
 CPU_BLOCK_MULTIPLE = 32
 KV_LOAD_FAILURE_POLICIES = ("recompute", "fail")
+ON_FAILURE_POLICIES = ("continue", "stop")
 DTYPES = ("auto", "float32", "float", "float16", "half", "bfloat16")
 KV_BUFFER_DEVICES = ("cpu", "cuda")
 TRACKING_MODES = ("offline", "online", "disabled")
@@ -134,6 +135,13 @@ def check_counts(cfg: RunConfig) -> list[ConfigProblem]:
             s.kv_load_failure_policy,
             "is not a vLLM kv_load_failure_policy",
             " or ".join(KV_LOAD_FAILURE_POLICIES),
+        )
+    if cfg.launch.on_failure not in ON_FAILURE_POLICIES:
+        out.add(
+            "launch.on_failure",
+            cfg.launch.on_failure,
+            "is not a failure policy",
+            " or ".join(ON_FAILURE_POLICIES),
         )
     return out
 

@@ -132,3 +132,28 @@ def test_sigterm_to_the_job_tears_down_and_resume_completes(tmp_path):
     again = run_pdbench(args, 900)
     assert again.returncode == 0, again.stdout[-3000:]
     assert {p["status"] for p in load_points(run_dir).values()} == {"ok"}
+
+
+@pytest.mark.parametrize("policy", ["stop", "continue"])
+def test_on_failure_policy_decides_whether_later_deployments_start(tmp_path, policy):
+    run_dir = tmp_path / "run"
+    args = [
+        *SMALL,
+        "flow.kv_recompute_thresholds=[0,1024]",  # two deployments, one after the other
+        "server.extra_args=[--no-such-flag]",  # neither can start
+        f"launch.on_failure={policy}",
+        f"dir={run_dir}",
+    ]
+    proc = run_pdbench(args, 600)
+    assert proc.returncode != 0
+    records = [json.loads(p.read_text()) for p in (run_dir / "points").glob("*.json")]
+    started = {r["deployment"]["kv_recompute_threshold"] for r in records}
+    assert {r["status"] for r in records} == {"failed"}
+    if policy == "stop":
+        assert started == {0}, started  # the second deployment never started ...
+        assert "launch.on_failure=stop: not starting" in proc.stdout
+        status = run_pdbench(["status", f"dir={run_dir}"], 120)
+        assert "pending" in status.stdout  # ... and its Points wait for a rerun
+    else:
+        assert started == {0, 1024}, started
+    assert server_pids(run_dir) == []

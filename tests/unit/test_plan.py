@@ -79,3 +79,25 @@ def test_manifest_merges_deployments_of_a_multirun():
     merged = merge_deployments(merge_deployments([], first), second)
     assert len(merged) == 1
     assert len(merged[0]["points"]) == 6
+
+
+def test_on_failure_stop_ends_the_run_only_after_a_failed_deployment(tmp_path):
+    from pdbench.launch import deployment_failed, stop_after
+    from pdbench.results import RunStore, write_json_atomic
+
+    cfg = cpu_run()
+    cfg.flow.kv_recompute_thresholds = [0, 1024]
+    plan = make_plan(cfg)
+    first, second = plan.deployments
+    store = RunStore(tmp_path)
+    for p in plan.points[first.deployment_id]:
+        write_json_atomic(store.point_path(p.point_id), {"status": "ok"})
+    assert not deployment_failed(plan, store, first, {"result": {}})
+    assert deployment_failed(plan, store, first, {"error": "job failed"})
+    assert deployment_failed(plan, store, second, {"result": {}})  # its Points: pending
+    one = plan.points[first.deployment_id][0]
+    write_json_atomic(store.point_path(one.point_id), {"status": "failed"})
+    assert deployment_failed(plan, store, first, {"result": {}})
+    assert not stop_after(cfg, plan, store, first, {"result": {}})  # default: continue
+    cfg.launch.on_failure = "stop"
+    assert stop_after(cfg, plan, store, first, {"result": {}})

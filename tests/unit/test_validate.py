@@ -237,3 +237,9 @@ def test_validate_reads_no_cluster_it_is_not_given():
     cfg.cluster = ClusterConfig(executor=ExecutorKind.local, cpus_per_node=64)
     cfg.server.cpu_threads_per_instance = 16
     assert validate(cfg) == []
+
+
+def test_on_failure_is_continue_or_stop():
+    cfg = cpu_run()
+    cfg.launch.on_failure = "abort"
+    only(cfg, "launch.on_failure", "abort", "continue or stop")
