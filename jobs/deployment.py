@@ -426,6 +426,9 @@ class DeploymentJob:
             wl["seed"],
             kind=wl["kind"],
             jitter=wl.get("user_tokens_jitter", 0.0),
+            output_tokens=wl["output_tokens"],
+            output_jitter=wl.get("output_tokens_jitter", 0.0),
+            distribution=wl.get("length_distribution", "uniform"),
         )
         opts = RequestOptions(
             url=router_url,

@@ -153,7 +153,11 @@ class WorkloadConfig:
     turns: int = 4
     user_tokens: int = 64
     output_tokens: int = 16
-    user_tokens_jitter: float = 0.0  # each user message: uniform in U * (1 +- jitter), seeded
+    user_tokens_jitter: float = 0.0  # user message lengths spread around U (0: all U), seeded
+    output_tokens_jitter: float = 0.0  # output lengths spread around O (0: all O), seeded
+    # How lengths spread: "uniform" in mean * (1 +- jitter), or "lognormal" (sigma = jitter,
+    # same mean, a long tail clipped at mean * (1 + 3 * jitter)).
+    length_distribution: str = "uniform"
     history_tokens: list[int] = field(default_factory=lambda: [0])  # sweep axis: prefix
     concurrency: int = 4
     request_rate: float = 0.0  # requests/s; 0: as fast as concurrency allows

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from pdbench.config import ExecutorKind, Flow, Placement, RunConfig
+from pdbench.lengths import LENGTH_DISTRIBUTIONS, max_length
 from pdbench.plan import PD_FLOWS, SIDE_CHANNEL_STRIDE, place_instances
 
 CPU_ATTENTION_HEAD_SIZES = (32, 64, 80, 96, 112, 128, 160, 192, 224, 256, 512)
@@ -120,12 +121,23 @@ def check_counts(cfg: RunConfig) -> list[ConfigProblem]:
     for h in w.history_tokens:
         if h < 0:
             out.add("workload.history_tokens", h, "must be non-negative", "0 or more")
-    if not 0 <= w.user_tokens_jitter < 1:
+    for name, jitter, mean in (
+        ("user_tokens_jitter", w.user_tokens_jitter, "U"),
+        ("output_tokens_jitter", w.output_tokens_jitter, "O"),
+    ):
+        if not 0 <= jitter < 1:
+            out.add(
+                f"workload.{name}",
+                jitter,
+                "must be in [0, 1)",
+                f"0 for fixed lengths, e.g. 0.5 for {mean} x (1 +- 0.5)",
+            )
+    if w.length_distribution not in LENGTH_DISTRIBUTIONS:
         out.add(
-            "workload.user_tokens_jitter",
-            w.user_tokens_jitter,
-            "must be in [0, 1)",
-            "0 for fixed lengths, e.g. 0.5 for U x (1 +- 0.5)",
+            "workload.length_distribution",
+            w.length_distribution,
+            "is not a length distribution",
+            " or ".join(LENGTH_DISTRIBUTIONS),
         )
     need("server.max_num_seqs", s.max_num_seqs, 1, "1 or more")
     need("server.cpu_threads_per_instance", s.cpu_threads_per_instance, 1, "1 or more")
@@ -419,15 +431,17 @@ def check_workload_fits(cfg: RunConfig) -> list[ConfigProblem]:
     w, m = cfg.workload, cfg.model
     if not w.history_tokens or w.turns < 1:
         return []
-    user_max = round(w.user_tokens * (1 + max(0.0, w.user_tokens_jitter)))
-    longest = max(w.history_tokens) + w.turns * (user_max + w.output_tokens)
+    dist = w.length_distribution
+    user_max = max_length(w.user_tokens, max(0.0, w.user_tokens_jitter), dist)
+    output_max = max_length(w.output_tokens, max(0.0, w.output_tokens_jitter), dist)
+    longest = max(w.history_tokens) + w.turns * (user_max + output_max)
     if longest <= m.max_model_len:
         return []
     return [
         ConfigProblem(
             "workload.history_tokens",
             max(w.history_tokens),
-            f"+ {w.turns} turns x ({user_max} user + {w.output_tokens} output) tokens = "
+            f"+ {w.turns} turns x ({user_max} user + {output_max} output) tokens = "
             f"{longest} exceeds model.max_model_len ({m.max_model_len})",
             "fewer turns or shorter history, or a model with a longer context",
         )

@@ -19,6 +19,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+from pdbench.lengths import draw_length
 from pdbench.results import RequestRecord
 from pdbench.router import CONVERSATION_HEADER, PATH_HEADER, PREFILL_MS_HEADER, TURN_HEADER
 
@@ -32,6 +33,7 @@ class ConversationSpec:
     conversation: int
     prefix: list[int]  # shared history before turn 1 (``history_tokens`` long)
     user_turns: list[list[int]]  # one user message per turn
+    output_lens: list[int] | None = None  # tokens to generate per turn; None: the options'
 
 
 def build_conversations(
@@ -43,31 +45,40 @@ def build_conversations(
     seed: int,
     kind: str = "multi_turn",
     jitter: float = 0.0,
+    output_tokens: int = 0,
+    output_jitter: float = 0.0,
+    distribution: str = "uniform",
 ) -> list[ConversationSpec]:
     """Deterministic token-id conversations.
 
     ``multi_turn`` and ``agentic``: each conversation has its own prefix of
     ``history_tokens``; ``long_doc``: all share one prefix (the document), so their first
-    turns differ only after it. User message lengths are ``user_tokens * (1 +- jitter)``.
+    turns differ only after it. User message and output lengths are drawn around
+    ``user_tokens`` and ``output_tokens`` (``draw_length``; jitter 0: fixed), from ``seed``.
     """
     rng = random.Random(seed)
+    lengths = random.Random(seed + 1)  # lengths apart: changing them keeps the token ids
     top = max(FIRST_ID + 1, vocab_size - 1)
 
     def tokens(n: int) -> list[int]:
         return [rng.randint(FIRST_ID, top) for _ in range(n)]
 
-    def user_len() -> int:
-        if jitter <= 0:
-            return user_tokens
-        lo, hi = user_tokens * (1 - jitter), user_tokens * (1 + jitter)
-        return max(1, round(rng.uniform(lo, hi)))
-
     document = tokens(history_tokens) if kind == "long_doc" else None
     specs = []
     for c in range(conversations):
         prefix = list(document) if document is not None else tokens(history_tokens)
-        user = [tokens(user_len()) for _ in range(turns)]
-        specs.append(ConversationSpec(conversation=c, prefix=prefix, user_turns=user))
+        user = [
+            tokens(draw_length(lengths, user_tokens, jitter, distribution)) for _ in range(turns)
+        ]
+        outputs = None
+        if output_tokens > 0:
+            outputs = [
+                draw_length(lengths, output_tokens, output_jitter, distribution)
+                for _ in range(turns)
+            ]
+        specs.append(
+            ConversationSpec(conversation=c, prefix=prefix, user_turns=user, output_lens=outputs)
+        )
     return specs
 
 
@@ -81,12 +92,14 @@ class RequestOptions:
     timeout_s: float = 120.0
 
 
-def completion_body(opts: RequestOptions, prompt: list[int]) -> dict:
+def completion_body(opts: RequestOptions, prompt: list[int], output_tokens: int = 0) -> dict:
+    """A greedy streaming completion of exactly ``output_tokens`` (0: the options')."""
+    n = output_tokens or opts.output_tokens
     return {
         "model": opts.model,
         "prompt": prompt,
-        "max_tokens": opts.output_tokens,
-        "min_tokens": opts.output_tokens,
+        "max_tokens": n,
+        "min_tokens": n,
         "temperature": 0.0,
         "ignore_eos": True,
         "stream": True,
@@ -109,7 +122,14 @@ def run_client(coro: Awaitable[T]) -> T:
 
 
 async def stream_one(
-    session, opts: RequestOptions, conv: int, turn: int, prompt: list[int], history: int, t0: float
+    session,
+    opts: RequestOptions,
+    conv: int,
+    turn: int,
+    prompt: list[int],
+    history: int,
+    t0: float,
+    output_tokens: int = 0,
 ) -> RequestRecord:
     """Send one streaming completion; time each token on arrival."""
     record = RequestRecord(
@@ -129,7 +149,7 @@ async def stream_one(
         TURN_HEADER: str(turn),
         "Content-Type": "application/json",
     }
-    data = _encode(completion_body(opts, prompt))
+    data = _encode(completion_body(opts, prompt, output_tokens))
     start = time.perf_counter()
     last = start
     try:
@@ -292,8 +312,16 @@ class LoadGenerator:
                     async with gate:
                         history = histories[spec.conversation]
                         prompt = history + spec.user_turns[turn - 1]
+                        n_out = spec.output_lens[turn - 1] if spec.output_lens else 0
                         rec = await stream_one(
-                            session, self.opts, spec.conversation, turn, prompt, len(history), t0
+                            session,
+                            self.opts,
+                            spec.conversation,
+                            turn,
+                            prompt,
+                            len(history),
+                            t0,
+                            n_out,
                         )
                     wave.append(rec)
                     if rec.status == "ok":

@@ -163,6 +163,25 @@ def test_workload_must_fit_the_context():
     assert problems_for(cfg, "workload.history_tokens") == []
 
 
+def test_lognormal_tails_and_output_jitter_count_toward_the_context():
+    cfg = cpu_run()
+    cfg.workload.history_tokens = [1000]
+    cfg.workload.output_tokens_jitter = 0.5
+    cfg.workload.length_distribution = "lognormal"  # outputs up to 16 x 2.5 = 40 tokens
+    cfg.workload.user_tokens_jitter = 0.5  # users up to 64 x 2.5 = 160: 1000 + 4 x 200
+    assert problems_for(cfg, "workload.history_tokens") == []
+    cfg.workload.history_tokens = [1300]
+    only(cfg, "workload.history_tokens", 1300, "160 user + 40 output", "2100")
+
+
+def test_length_distribution_and_output_jitter_are_checked():
+    cfg = cpu_run()
+    cfg.workload.length_distribution = "zipf"
+    cfg.workload.output_tokens_jitter = 1.5
+    only(cfg, "workload.length_distribution", "zipf", "uniform or lognormal")
+    only(cfg, "workload.output_tokens_jitter", 1.5, "[0, 1)", "O x (1 +- 0.5)")
+
+
 def test_counts_must_be_positive():
     cfg = cpu_run()
     cfg.workload.conversations = 0

@@ -1,5 +1,9 @@
+import random
+import statistics
+
 import pytest
 
+from pdbench.lengths import draw_length, max_length
 from pdbench.results import RequestRecord
 from pdbench.workload import (
     FIRST_ID,
@@ -50,6 +54,35 @@ def test_long_doc_shares_one_prefix_and_jitter_varies_lengths():
     assert len(lengths) > 1 and min(lengths) >= 20 and max(lengths) <= 60
     multi = build_conversations(2, 1, 8, 64, 512, seed=3, kind="multi_turn")
     assert multi[0].prefix != multi[1].prefix
+
+
+def test_lengths_fixed_uniform_or_lognormal_around_the_mean():
+    rng = random.Random(0)
+    assert {draw_length(rng, 64, 0.0, "lognormal") for _ in range(50)} == {64}
+    uniform = [draw_length(rng, 100, 0.5, "uniform") for _ in range(20_000)]
+    assert min(uniform) >= 50 and max(uniform) <= 150 == max_length(100, 0.5)
+    assert statistics.fmean(uniform) == pytest.approx(100, rel=0.02)
+    tail = [draw_length(rng, 100, 0.5, "lognormal") for _ in range(20_000)]
+    assert statistics.fmean(tail) == pytest.approx(100, rel=0.05)  # same mean ...
+    assert max(tail) > 150 and statistics.median(tail) < 95  # ... a long tail, lower median
+    assert max(tail) <= max_length(100, 0.5, "lognormal") == 250  # clipped
+    again = random.Random(0)
+    assert [draw_length(again, 64, 0.0, "lognormal") for _ in range(50)] == [64] * 50
+
+
+def test_output_lengths_are_drawn_per_turn_and_sent_exactly():
+    fixed = build_conversations(2, 4, 16, 0, 512, seed=5, output_tokens=8)
+    assert all(s.output_lens == [8] * 4 for s in fixed)
+    varied = build_conversations(
+        2, 4, 16, 0, 512, seed=5, output_tokens=8, output_jitter=0.5, distribution="uniform"
+    )
+    outs = [n for s in varied for n in s.output_lens]
+    assert len(set(outs)) > 1 and min(outs) >= 4 and max(outs) <= 12
+    # Drawing output lengths leaves the prompts' token ids alone.
+    assert [s.user_turns for s in varied] == [s.user_turns for s in fixed]
+    opts = RequestOptions("http://x", "m", 16, "pull", "salt")
+    body = completion_body(opts, [5, 6], output_tokens=outs[0])
+    assert body["max_tokens"] == body["min_tokens"] == outs[0]
 
 
 def test_a_bare_timeout_names_the_limit_it_hit():
