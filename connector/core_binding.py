@@ -53,11 +53,18 @@ class Restored:
     helper_threads: tuple[int, ...]
     helper_cores: frozenset[int]
 
+    @property
+    def moved(self) -> bool:
+        return self.moved_to != self.worker_cores
+
     def describe(self) -> str:
+        """One log line; tests read its ``worker thread on cores [...]`` part."""
+        head = f"worker thread on cores {sorted(self.worker_cores)}"
+        if not self.moved:
+            return f"{head} (vLLM left it there)"
         return (
-            f"vLLM moved the worker thread to cores {sorted(self.moved_to)}; back on "
-            f"{sorted(self.worker_cores)}; connector threads {list(self.helper_threads)} "
-            f"may run on {sorted(self.helper_cores)}"
+            f"{head} (vLLM had moved it to {sorted(self.moved_to)}); connector threads "
+            f"{list(self.helper_threads)} may run on {sorted(self.helper_cores)}"
         )
 
 
@@ -68,12 +75,13 @@ def helper_cores(worker_cores: frozenset[int], parent_cores: frozenset[int]) -> 
 
 
 def restore(before: CoreBinding | None) -> Restored | None:
-    """Undo a core move the connector made; None when it made none."""
+    """Undo a core move the connector made (``moved`` says whether it made one); None
+    where threads have no affinity (not Linux)."""
     if before is None:
         return None
     now = frozenset(os.sched_getaffinity(0))
     if now == before.cores:
-        return None
+        return Restored(now, before.cores, (), before.cores)
     os.sched_setaffinity(0, before.cores)
     try:
         parent = frozenset(os.sched_getaffinity(os.getppid()))

@@ -76,6 +76,19 @@ def test_greedy_outputs_of_pd_flows_equal_agg(smoke_run):
         assert outputs_by_turn(run_dir, points[flow]) == agg, flow
 
 
+def test_each_server_computes_on_its_own_cores(smoke_run):
+    """vLLM-CPU's NIXL worker moves the forward-pass thread to the host's last core; the
+    plugin moves it back, so P and D do not share one core (connector/core_binding.py)."""
+    run_dir, _ = smoke_run
+    points = load_points(run_dir)
+    dep = points["pull"]["deployment"]
+    for inst in dep["instances"]:
+        log = (run_dir / "logs" / dep["deployment_id"] / f"{inst['name']}.log").read_text()
+        assert f"pdbench: worker thread on cores {sorted(inst['cpus'])}" in log, inst["name"]
+    cores = [tuple(i["cpus"]) for i in dep["instances"]]
+    assert len(set(cores)) == len(cores), cores
+
+
 def test_teardown_leaves_no_server_behind(smoke_run):
     run_dir, _ = smoke_run
     assert server_pids(run_dir) == []
