@@ -126,12 +126,13 @@ def merge_deployments(previous: list[dict[str, Any]], plan: Plan) -> list[dict[s
     return list(merged.values())
 
 
-def record_job(store: RunStore, deployment_id: str, job) -> None:
+def record_job(store: RunStore, deployment_id: str, job, executor: str) -> None:
     manifest = store.read_manifest()
     manifest.setdefault("jobs", []).append(
         {
             "deployment_id": deployment_id,
             "job_id": str(job.job_id),
+            "executor": executor,  # local: the job id is the job's process id
             "submitted_at": time.time(),
             "stdout": str(job.paths.stdout),
             "stderr": str(job.paths.stderr),
@@ -179,7 +180,7 @@ def submit_and_follow(cfg: RunConfig, plan: Plan, store: RunStore, model_path: s
         for i, (dep, job_fn) in enumerate(zip(pending, job_fns, strict=True)):
             executor = make_executor(cfg.cluster, folder, dep.nodes, job_name(dep))
             job = executor.submit(job_fn)
-            record_job(store, dep.deployment_id, job)
+            record_job(store, dep.deployment_id, job, cfg.cluster.executor.value)
             print(f"[pdbench] submitted {dep.deployment_id} as job {job.job_id}", flush=True)
             results.append(follow(job, points_recorded(plan, store)))
             if stop_after(cfg, plan, store, dep, results[-1]):
@@ -196,7 +197,7 @@ def submit_and_follow(cfg: RunConfig, plan: Plan, store: RunStore, model_path: s
     with executor.batch():
         jobs = [executor.submit(job_fn) for job_fn in job_fns]
     for dep, job in zip(pending, jobs, strict=True):
-        record_job(store, dep.deployment_id, job)
+        record_job(store, dep.deployment_id, job, cfg.cluster.executor.value)
         print(f"[pdbench] submitted {dep.deployment_id} as job {job.job_id}", flush=True)
     results = []
     for i, (dep, job) in enumerate(zip(pending, jobs, strict=True)):

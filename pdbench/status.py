@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 from pathlib import Path
@@ -31,6 +32,24 @@ def slurm_state(job_id: str) -> str:
     return ""
 
 
+def local_state(job_id: str) -> str:
+    """A local job's state: its process (the job id is its pid) still runs, or not."""
+    try:
+        os.kill(int(job_id), 0)
+    except (ValueError, ProcessLookupError):
+        return "ended (local process gone; its Points below say how it went)"
+    except PermissionError:
+        pass
+    return f"running (local process {job_id})"
+
+
+def job_state(job: dict) -> str:
+    if job.get("executor") == "local":
+        return local_state(job["job_id"])
+    state = slurm_state(job["job_id"]) if job["job_id"].isdigit() else ""
+    return state or "not known to SLURM (ended and purged, or another cluster's)"
+
+
 def print_status(run_dir: str) -> None:
     store = RunStore(run_dir)
     if not (store.root / "manifest.json").exists():
@@ -41,8 +60,7 @@ def print_status(run_dir: str) -> None:
     manifest = store.read_manifest()
     print(f"run {manifest.get('name')} in {store.root}")
     for job in manifest.get("jobs", []):
-        state = slurm_state(job["job_id"]) if job["job_id"].isdigit() else ""
-        print(f"  job {job['job_id']} ({job['deployment_id']}): {state or 'not queued'}")
+        print(f"  job {job['job_id']} ({job['deployment_id']}): {job_state(job)}")
         print(f"    logs: {job['stdout']}  {job['stderr']}")
     for dep in manifest.get("deployments", []):
         counts = {"ok": 0, "failed": 0, "pending": 0}

@@ -30,3 +30,25 @@ def test_status_counts_done_failed_pending_and_names_logs(tmp_path, capsys, monk
 def test_status_of_a_missing_run_says_how_to_fix(tmp_path):
     with pytest.raises(SystemExit, match="no manifest.json"):
         print_status(str(tmp_path / "nope"))
+
+
+def test_local_jobs_are_running_or_ended_by_their_process(tmp_path, capsys, monkeypatch):
+    import os
+
+    monkeypatch.setattr("pdbench.provenance.collect", lambda: {})
+    cfg = cpu_run(dir=str(tmp_path))
+    store = RunStore(tmp_path)
+    write_manifest(cfg, make_plan(cfg), store, "/model")
+    with open("/proc/sys/kernel/pid_max") as f:
+        no_such_pid = f.read().strip()  # pids stay below pid_max
+    logs = {"stdout": "o.log", "stderr": "e.log"}
+    manifest = store.read_manifest()
+    manifest["jobs"] = [
+        {"deployment_id": "a", "job_id": str(os.getpid()), "executor": "local", **logs},
+        {"deployment_id": "b", "job_id": no_such_pid, "executor": "local", **logs},
+    ]
+    store.write_manifest(manifest)
+    print_status(str(tmp_path))
+    out = capsys.readouterr().out
+    assert f"job {os.getpid()} (a): running (local process {os.getpid()})" in out
+    assert "(b): ended (local process gone" in out
