@@ -92,9 +92,11 @@ class RequestOptions:
     timeout_s: float = 120.0
 
 
-def completion_body(opts: RequestOptions, prompt: list[int], output_tokens: int = 0) -> dict:
-    """A greedy streaming completion of exactly ``output_tokens`` (0: the options')."""
-    n = output_tokens or opts.output_tokens
+def completion_body(
+    opts: RequestOptions, prompt: list[int], output_tokens: int | None = None
+) -> dict:
+    """A greedy streaming completion of exactly ``output_tokens`` (None: the options')."""
+    n = opts.output_tokens if output_tokens is None else output_tokens
     return {
         "model": opts.model,
         "prompt": prompt,
@@ -129,7 +131,7 @@ async def stream_one(
     prompt: list[int],
     history: int,
     t0: float,
-    output_tokens: int = 0,
+    output_tokens: int | None = None,
 ) -> RequestRecord:
     """Send one streaming completion; time each token on arrival."""
     record = RequestRecord(
@@ -312,7 +314,7 @@ class LoadGenerator:
                     async with gate:
                         history = histories[spec.conversation]
                         prompt = history + spec.user_turns[turn - 1]
-                        n_out = spec.output_lens[turn - 1] if spec.output_lens else 0
+                        n_out = spec.output_lens[turn - 1] if spec.output_lens else None
                         rec = await stream_one(
                             session,
                             self.opts,
