@@ -1,24 +1,200 @@
-"""What each ``command`` does once the config is typed and validated."""
+"""The command line: arguments checked, every job composed and validated, then dispatched.
+
+``precheck`` runs before Hydra starts anything: it refuses unknown keys and presets
+(``pdbench.overrides``), composes every job of the command line (each of a ``-m`` sweep)
+as Hydra will, types it and runs ``pdbench.validate`` on it. Whatever is wrong comes back
+as one ``UsageError`` that ``__main__`` prints alone and exits 2 with; a typo never gets
+as far as a launch. ``dispatch`` then runs one typed job's ``command``.
+"""
 
 from __future__ import annotations
 
-from pdbench.config import RunConfig
+import difflib
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from pdbench.config import Command, RunConfig
+from pdbench.overrides import OverrideError, check_overrides, combinations, schema
+
+RUN_ALIASES = ("run.dir=", "run.name=")  # older spellings of dir= and name=
+# Hydra options that print something instead of running a job (no validation needed).
+SHOW_ONLY = ("hydra_help", "shell_completion", "info")
 
 
-def dispatch(cfg: RunConfig) -> None:
-    from pathlib import Path
+class UsageError(Exception):
+    """A command line or config that must not start anything: printed alone, exit 2."""
 
-    cfg.dir = str(Path(cfg.dir).expanduser().resolve())  # jobs may start elsewhere
-    if cfg.command == "status":
-        from pdbench.status import print_status
 
-        print_status(cfg.dir)
-        return
-    if cfg.command == "transfer_bench":
-        from jobs.transfer_bench import run_transfer_bench
+@dataclass
+class Invocation:
+    """One command line, split as Hydra reads it."""
 
-        run_transfer_bench(cfg)
-        return
+    overrides: list[str]  # key=value words (verbs already turned into command=VERB)
+    flags: list[str]  # Hydra's own options, passed on untouched
+    multirun: bool = False
+    shows_config: bool = False  # --cfg/--resolve: print the config, run nothing
+    show_only: bool = False  # --hydra-help, --info, --shell-completion
+    errors: list[str] = field(default_factory=list)
+
+    @property
+    def argv(self) -> list[str]:
+        return [*self.flags, *self.overrides]
+
+
+def _verb_or_error(word: str, errors: list[str]) -> str | None:
+    verbs = [c.value for c in Command]
+    if word in verbs:
+        return f"command={word}"
+    near = difflib.get_close_matches(word, verbs, n=1)
+    hint = f"did you mean {near[0]}? " if near else ""
+    errors.append(
+        f"{word}: not a command and not key=value; {hint}Commands: {', '.join(verbs)} "
+        "(python -m pdbench --help)"
+    )
+    return None
+
+
+def _flag_error(flag: str) -> str:
+    """An option Hydra does not know, with the setting it most likely meant."""
+    key = flag.lstrip("-").split("=", 1)[0].replace("-", "_")
+    fields = list(schema().fields)
+    near = [f for f in fields if f.rsplit(".", 1)[-1] == key] or difflib.get_close_matches(
+        key, fields, n=1
+    )
+    hint = f"; did you mean {near[0]}=...?" if near else ""
+    return f"{flag}: not an option{hint} (settings are key=value; python -m pdbench --help)"
+
+
+def parse_argv(argv: list[str]) -> Invocation:
+    """Hydra's options apart from overrides; verbs (``status``) become ``command=``."""
+    from hydra._internal.utils import get_args_parser  # the parser hydra.main itself uses
+
+    args, unknown = get_args_parser().parse_known_intermixed_args(argv)
+    inv = Invocation(overrides=[], flags=[])
+    flag_words = [w for w in unknown if w.startswith("-")]
+    inv.errors += [_flag_error(word) for word in flag_words]
+    for word in [*args.overrides, *(w for w in unknown if not w.startswith("-"))]:
+        if word.startswith(RUN_ALIASES):
+            inv.overrides.append(word[len("run.") :])
+        elif "=" not in word and not word.startswith("~"):
+            verb = _verb_or_error(word, inv.errors)
+            if verb:
+                inv.overrides.append(verb)
+        else:
+            inv.overrides.append(word)
+    inv.flags = [w for w in argv if w not in args.overrides and w not in unknown]
+    inv.multirun = bool(args.multirun)
+    inv.shows_config = bool(args.cfg or args.resolve)
+    inv.show_only = any(getattr(args, name, None) for name in SHOW_ONLY)
+    if inv.multirun and (args.cfg or inv.show_only):
+        inv.errors.append(
+            "-m with --cfg/--info: Hydra prints one job's config; drop -m, or validate every "
+            "job of the sweep with: python -m pdbench check -m ..."
+        )
+    return inv
+
+
+def compose_job(overrides: list[str]) -> RunConfig:
+    """One job's typed config, composed from ``conf/`` as ``python -m pdbench`` does."""
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+    from hydra.core.hydra_config import HydraConfig
+    from omegaconf import OmegaConf, open_dict
+
+    from pdbench.conf_tree import CONF_DIR, ROOT_CONFIG
+    from pdbench.config import register_configs
+
+    register_configs()
+    GlobalHydra.instance().clear()
+    try:
+        with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+            dcfg = compose(ROOT_CONFIG, overrides=overrides, return_hydra_config=True)
+        HydraConfig.instance().set_config(dcfg)  # ${hydra:...} resolves as in a job
+        with open_dict(dcfg):
+            del dcfg["hydra"]
+        return OmegaConf.to_object(dcfg)
+    finally:
+        HydraConfig.instance().cfg = None
+        GlobalHydra.instance().clear()
+
+
+DETAIL_MARKS = ("full_key:", "reference_type=", "object_type=", "$VALUE")
+
+
+def error_text(err: BaseException, depth: int = 2) -> str:
+    """An exception and its first cause, without a traceback or OmegaConf's detail lines."""
+    lines: list[str] = []
+    current: BaseException | None = err
+    while current is not None and depth > 0:
+        for line in str(current).strip().splitlines():
+            if line.strip() and line not in lines and not any(m in line for m in DETAIL_MARKS):
+                lines.append(line)
+        current, depth = current.__cause__ or current.__context__, depth - 1
+    return "\n".join(lines)
+
+
+def _recent_runs(root: Path = Path("results"), n: int = 3) -> list[str]:
+    runs = sorted(root.glob("*/manifest.json"), key=lambda p: p.stat().st_mtime, reverse=True)
+    return [str(p.parent) for p in runs[:n]]
+
+
+@dataclass
+class Job:
+    """One job of a command line: its overrides (one value per key) and its typed config."""
+
+    overrides: list[str]
+    cfg: RunConfig
+
+
+def precheck(inv: Invocation) -> list[Job]:
+    """Every job of the command line, typed and validated; ``UsageError`` otherwise."""
+    from hydra.errors import HydraException
+    from omegaconf.errors import OmegaConfBaseException
+
+    from pdbench.validate import validate
+
+    errors = list(inv.errors)
+    try:
+        parsed = check_overrides(inv.overrides)
+    except OverrideError as err:
+        errors += err.problems
+        parsed = []
+    if errors:
+        raise UsageError(f"{len(errors)} problem(s) on the command line:\n" + "\n".join(errors))
+    jobs = combinations(parsed)
+    if len(jobs) > 1 and not inv.multirun:
+        raise UsageError(
+            "a value list (a,b) sweeps: add -m to run one job per value (Hydra multirun)"
+        )
+    typed, problems = [], []
+    for job in jobs:
+        label = f"[{' '.join(job)}] " if len(jobs) > 1 else ""
+        try:
+            cfg = compose_job(job)
+        except (HydraException, OmegaConfBaseException) as err:
+            problems.append(label + error_text(err))
+            continue
+        typed.append(Job(job, cfg))
+        if cfg.command is Command.status:
+            if not any(o.startswith("dir=") for o in job):
+                runs = _recent_runs()
+                recent = f" Recent runs: {', '.join(runs)}" if runs else ""
+                problems.append(f"status needs the run directory: status dir=RESULTS_DIR.{recent}")
+            continue
+        problems += [label + str(p) for p in validate(cfg)]
+    if problems:
+        raise UsageError(f"{len(problems)} problem(s) in the config:\n" + "\n".join(problems))
+    return typed
+
+
+def leaves_nothing(jobs: list[Job]) -> bool:
+    """Jobs that only print (dry runs, status, check): a sweep of them keeps no folder."""
+    quiet = (Command.status, Command.check)
+    return all(job.cfg.launch.dry_run or job.cfg.command in quiet for job in jobs)
+
+
+def _run(cfg: RunConfig) -> None:
     from pdbench.launch import launch
     from pdbench.report_table import print_run_table
     from pdbench.results import RunStore
@@ -31,3 +207,35 @@ def dispatch(cfg: RunConfig) -> None:
     failed_jobs = [r for r in outcome.get("results", []) if "error" in r]
     if failed_jobs or any(p.get("status") != "ok" for p in store.iter_points()):
         raise SystemExit(1)
+
+
+def _status(cfg: RunConfig) -> None:
+    from pdbench.status import print_status
+
+    print_status(cfg.dir)
+
+
+def _transfer_bench(cfg: RunConfig) -> None:
+    from jobs.transfer_bench import run_transfer_bench
+
+    run_transfer_bench(cfg)
+
+
+def _check(cfg: RunConfig) -> None:
+    from pdbench.validate import check
+
+    check(cfg)
+    print(f"ok: {cfg.name} composes and validates; launch.dry_run=true prints what would run")
+
+
+COMMANDS: dict[Command, Callable[[RunConfig], None]] = {
+    Command.run: _run,
+    Command.status: _status,
+    Command.transfer_bench: _transfer_bench,
+    Command.check: _check,
+}
+
+
+def dispatch(cfg: RunConfig) -> None:
+    cfg.dir = str(Path(cfg.dir).expanduser().resolve())  # jobs may start elsewhere
+    COMMANDS[cfg.command](cfg)

@@ -48,6 +48,19 @@ class WorkloadKind(Enum):
     agentic = "agentic"  # tool-call loops: many turns, short outputs, a growing prefix
 
 
+class Command(Enum):
+    """What ``python -m pdbench`` does (``python -m pdbench VERB`` or ``command=VERB``).
+
+    A new verb is a member here plus its handler in ``pdbench.cli.COMMANDS`` (the node
+    preflight of DESIGN.md, "On a real cluster", joins this way as ``preflight``).
+    """
+
+    run = "run"  # plan, launch and follow the benchmark (the default)
+    status = "status"  # jobs, their states and the Points of a run dir
+    transfer_bench = "transfer_bench"  # KV-shaped NIXL transfer bench (no vLLM)
+    check = "check"  # compose and validate only: exit 0 when the config would launch
+
+
 class TrackingBackend(Enum):
     none = "none"
     wandb = "wandb"
@@ -233,7 +246,7 @@ class RunConfig:
     tracking: TrackingConfig = field(default_factory=TrackingConfig)
     launch: LaunchConfig = field(default_factory=LaunchConfig)
     bench: TransferBenchConfig = field(default_factory=TransferBenchConfig)
-    command: str = "run"  # run | status
+    command: Command = Command.run
 
 
 GROUP_SCHEMAS: dict[str, type] = {
