@@ -2,8 +2,9 @@
 
 ``validate(cfg)`` returns every problem at once, each naming the field, its value, what is
 wrong and how to fix it; ``check(cfg)`` raises one ``ConfigError`` listing them all. Both are
-pure: nothing is started, nothing is read but the model path (when it is a local one) and
-the machine's core count (CPU clusters with ``cpus_per_node: 0``).
+pure: nothing is started or created, nothing is read but the model path (when it is a local
+one), the machine's core count and memory size (CPU clusters) and whether ``dir`` and
+``cache_dir`` (or their nearest existing parent) are writable directories.
 
 Decisions worth knowing:
 
@@ -22,12 +23,14 @@ Decisions worth knowing:
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from pdbench import capacity, server_flags
 from pdbench.config import ExecutorKind, Flow, Placement, RunConfig
 from pdbench.lengths import LENGTH_DISTRIBUTIONS, max_length
 from pdbench.plan import PD_FLOWS, SIDE_CHANNEL_STRIDE, place_instances
@@ -498,6 +501,109 @@ def check_tracking(cfg: RunConfig) -> list[ConfigProblem]:
     ]
 
 
+def check_extra_args(cfg: RunConfig) -> list[ConfigProblem]:
+    """``server.extra_args`` may add vLLM flags, not repeat one pdbench sets itself."""
+    managed = server_flags.managed_flags(cfg)
+    out = Problems()
+    for flag, hit in server_flags.clashes(cfg.server.extra_args, managed):
+        same = "" if flag == hit else f" (vLLM reads it as {hit})"
+        out.add(
+            "server.extra_args",
+            flag,
+            f"repeats a flag pdbench sets itself{same}: vLLM would get it twice",
+            f"drop it from server.extra_args and set {server_flags.source_of(hit)}",
+        )
+    return out
+
+
+def check_cpu_memory(cfg: RunConfig) -> list[ConfigProblem]:
+    """On CPU: one full-length sequence fits the KV cache; the servers fit this machine."""
+    if not _on_cpu(cfg):
+        return []
+    s, m = cfg.server, cfg.model
+    out = Problems()
+    if s.cpu_kvcache_space_gb < 1:
+        out.add(
+            "server.cpu_kvcache_space_gb",
+            s.cpu_kvcache_space_gb,
+            "leaves vLLM-CPU no KV cache (VLLM_CPU_KVCACHE_SPACE, GiB): the server fails at start",
+            "1 or more",
+        )
+        return out
+    sizes_known = min(m.num_layers, m.num_kv_heads, m.max_model_len, s.block_size) > 0
+    if not sizes_known or m.num_attention_heads <= 0:
+        return out
+    cache = s.cpu_kvcache_space_gb * capacity.GIB
+    needed = capacity.kv_bytes_for_one_sequence(m, s.block_size)
+    if needed > cache:
+        per_token = capacity.kv_bytes_per_token(m)
+        longest = capacity.longest_sequence(m, s.block_size, cache)
+        out.add(
+            "server.cpu_kvcache_space_gb",
+            s.cpu_kvcache_space_gb,
+            f"cannot hold one sequence of model.max_model_len={m.max_model_len} tokens of "
+            f"{m.name} ({per_token // 1024} KiB of KV per token: "
+            f"{needed / capacity.GIB:.1f} GiB with the block vLLM holds back); vLLM-CPU "
+            "refuses to start",
+            f"server.cpu_kvcache_space_gb={math.ceil(needed / capacity.GIB)}, or "
+            f"model.max_model_len={longest} (or less)",
+        )
+    instances = sum(count for _, count, _ in _roles(cfg))
+    memory = capacity.machine_memory_bytes()
+    if cfg.cluster.executor is ExecutorKind.slurm or not memory or not m.vocab_size:
+        return out
+    per_instance = capacity.weight_bytes(m) + cache
+    if instances * per_instance > memory:
+        out.add(
+            "model",
+            m.name,
+            f"needs {per_instance / capacity.GIB:.1f} GiB per server (weights ~"
+            f"{capacity.weight_bytes(m) / capacity.GIB:.1f} GiB in {m.dtype} + "
+            f"{s.cpu_kvcache_space_gb} GiB KV cache) x {instances} servers, more than this "
+            f"machine's {memory / capacity.GIB:.1f} GiB",
+            "a smaller model (model=tiny_llama), fewer servers, or cluster=slurm nodes with "
+            "the memory",
+        )
+    return out
+
+
+DIR_EXAMPLES = {"dir": "dir=results/NAME", "cache_dir": "cache_dir=~/.cache/pdbench"}
+
+
+def _dir_problem(name: str, value: str) -> ConfigProblem | None:
+    """A run or cache directory the driver cannot create or write, read without creating it."""
+    example = DIR_EXAMPLES[name]
+    if not value.strip():
+        return ConfigProblem(name, "''", "is empty", f"{example} (or leave the default)")
+    path = Path(value).expanduser().absolute()
+    if path.exists() and not path.is_dir():
+        return ConfigProblem(
+            name, value, "is a file, not a directory", f"a directory path, e.g. {example}"
+        )
+    existing = path
+    while not existing.exists():
+        existing = existing.parent
+    if not existing.is_dir():
+        return ConfigProblem(
+            name, value, f"cannot be created: {existing} is a file", "a path under a directory"
+        )
+    if not os.access(existing, os.W_OK | os.X_OK):
+        where = "it" if existing == path else existing
+        return ConfigProblem(
+            name,
+            value,
+            f"is not writable: {where} does not let this user create files",
+            f"a writable place, e.g. {example}",
+        )
+    return None
+
+
+def check_dirs(cfg: RunConfig) -> list[ConfigProblem]:
+    """``dir`` and ``cache_dir`` can be created and written (nothing is created to find out)."""
+    found = [_dir_problem("dir", cfg.dir), _dir_problem("cache_dir", cfg.cache_dir)]
+    return [p for p in found if p]
+
+
 RULES: tuple[Rule, ...] = (
     check_counts,
     check_model,
@@ -508,6 +614,9 @@ RULES: tuple[Rule, ...] = (
     check_workload_fits,
     check_ports,
     check_tracking,
+    check_extra_args,
+    check_cpu_memory,
+    check_dirs,
 )
 
 

