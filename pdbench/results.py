@@ -151,6 +151,25 @@ def write_lines_atomic(path: Path, rows: list[dict[str, Any]]) -> None:
         raise
 
 
+class CorruptRecord(ValueError):
+    """A record file that is not the JSON object it should be (truncated, overwritten)."""
+
+    def __init__(self, path: Path, reason: str):
+        self.path = path
+        super().__init__(f"{path}: corrupt record ({reason})")
+
+
+def read_record(path: Path) -> dict[str, Any]:
+    """One JSON record file; ``CorruptRecord`` naming the file when it does not parse."""
+    try:
+        record = json.loads(path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise CorruptRecord(path, str(err)) from err
+    if not isinstance(record, dict):
+        raise CorruptRecord(path, f"a JSON {type(record).__name__}, not an object")
+    return record
+
+
 class RunStore:
     """Reads and writes one run directory."""
 
@@ -177,7 +196,7 @@ class RunStore:
         write_json_atomic(self.root / "manifest.json", manifest)
 
     def read_manifest(self) -> dict[str, Any]:
-        return json.loads((self.root / "manifest.json").read_text())
+        return read_record(self.root / "manifest.json")
 
     def write_point(self, result: PointResult, requests: list[RequestRecord]) -> None:
         """Write the request records first, then the PointResult that points at them."""
@@ -190,17 +209,20 @@ class RunStore:
         path = self.point_path(point_id)
         if not path.exists():
             return None
-        return json.loads(path.read_text())
+        return read_record(path)
 
     def point_status(self, point_id: str) -> str:
-        """``ok``, ``failed`` or ``pending`` (no record yet)."""
-        record = self.read_point(point_id)
+        """``ok``, ``failed``, ``corrupt`` (unreadable: measured again) or ``pending``."""
+        try:
+            record = self.read_point(point_id)
+        except CorruptRecord:
+            return "corrupt"
         return "pending" if record is None else str(record.get("status", "failed"))
 
     def iter_points(self) -> list[dict[str, Any]]:
         if not self.points_dir.exists():
             return []
-        return [json.loads(p.read_text()) for p in sorted(self.points_dir.glob("*.json"))]
+        return [read_record(p) for p in sorted(self.points_dir.glob("*.json"))]
 
     def read_requests(self, point_id: str) -> list[dict[str, Any]]:
         path = self.requests_path(point_id)

@@ -7,7 +7,9 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from pdbench.results import RunStore
+from pdbench.results import CorruptRecord, RunStore
+
+POINT_STATES = ("ok", "failed", "corrupt", "pending")
 
 
 def slurm_state(job_id: str) -> str:
@@ -57,22 +59,34 @@ def print_status(run_dir: str) -> None:
             f"dir={run_dir}: no manifest.json there. Fix: pass the run directory "
             "that `python -m pdbench` printed (results/<name>-<time>)."
         )
-    manifest = store.read_manifest()
+    try:
+        manifest = store.read_manifest()
+    except CorruptRecord as err:
+        raise SystemExit(f"{err}. Fix: rerun the same command to rewrite it") from err
     print(f"run {manifest.get('name')} in {store.root}")
     for job in manifest.get("jobs", []):
         print(f"  job {job['job_id']} ({job['deployment_id']}): {job_state(job)}")
         print(f"    logs: {job['stdout']}  {job['stderr']}")
     for dep in manifest.get("deployments", []):
-        counts = {"ok": 0, "failed": 0, "pending": 0}
+        counts = dict.fromkeys(POINT_STATES, 0)
+        notes = []
         for pid in dep["points"]:
-            counts[store.point_status(pid)] = counts.get(store.point_status(pid), 0) + 1
+            try:
+                rec = store.read_point(pid)
+            except CorruptRecord as err:
+                counts["corrupt"] += 1
+                notes.append(f"    corrupt {err} (a rerun measures it again)")
+                continue
+            state = "pending" if rec is None else str(rec.get("status", "failed"))
+            counts[state] = counts.get(state, 0) + 1
+            if state == "failed":
+                first = (rec.get("error") or "").splitlines()[:1]
+                notes.append(f"    failed {pid}: {first[0] if first else ''}")
+        corrupt = f"{counts['corrupt']} corrupt, " if counts["corrupt"] else ""
         print(
             f"  deployment {dep['deployment_id']}: {counts['ok']} ok, {counts['failed']} failed, "
-            f"{counts['pending']} pending of {len(dep['points'])}"
+            f"{corrupt}{counts['pending']} pending of {len(dep['points'])}"
         )
         print(f"    server logs: {Path(store.logs_dir(dep['deployment_id']))}")
-        for pid in dep["points"]:
-            rec = store.read_point(pid)
-            if rec and rec.get("status") == "failed":
-                first = (rec.get("error") or "").splitlines()[:1]
-                print(f"    failed {pid}: {first[0] if first else ''}")
+        for note in notes:
+            print(note)

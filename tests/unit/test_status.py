@@ -2,7 +2,7 @@ import pytest
 
 from pdbench.launch import write_manifest
 from pdbench.plan import make_plan
-from pdbench.results import PointResult, RunStore
+from pdbench.results import CorruptRecord, PointResult, RunStore
 from pdbench.status import print_status
 from tests.unit.helpers import cpu_run
 
@@ -52,3 +52,31 @@ def test_local_jobs_are_running_or_ended_by_their_process(tmp_path, capsys, monk
     out = capsys.readouterr().out
     assert f"job {os.getpid()} (a): running (local process {os.getpid()})" in out
     assert "(b): ended (local process gone" in out
+
+
+def test_a_truncated_point_is_named_counted_corrupt_and_the_rest_still_counted(
+    tmp_path, capsys, monkeypatch
+):
+    monkeypatch.setattr("pdbench.provenance.collect", lambda: {})
+    cfg = cpu_run(dir=str(tmp_path))
+    plan = make_plan(cfg)
+    store = RunStore(tmp_path)
+    write_manifest(cfg, plan, store, "/model")
+    agg, recompute, pull = plan.all_points()
+    store.write_point(PointResult(agg.point_id, "ok", "", "agg", {}, {}), [])
+    store.write_point(PointResult(recompute.point_id, "ok", "", "recompute", {}, {}), [])
+    path = store.point_path(recompute.point_id)
+    path.write_text(path.read_text()[:20])  # a torn write (copied, disk full, ...)
+    print_status(str(tmp_path))
+    out = capsys.readouterr().out
+    assert "1 ok, 0 failed, 1 corrupt, 1 pending of 3" in out
+    assert f"corrupt {path}: corrupt record (" in out
+    assert store.point_status(recompute.point_id) == "corrupt"  # not ok: a rerun redoes it
+    with pytest.raises(CorruptRecord, match=f"{path}: corrupt record"):
+        store.iter_points()
+
+
+def test_a_corrupt_manifest_is_named(tmp_path):
+    (tmp_path / "manifest.json").write_text('{"name": "x", "jo')
+    with pytest.raises(SystemExit, match=r"manifest.json: corrupt record \("):
+        print_status(str(tmp_path))
