@@ -61,8 +61,7 @@ def main() -> None:
 
         print(help_page())
         return
-    from pdbench.cli import COMMANDS, UsageError, leaves_nothing, parse_argv, precheck
-    from pdbench.config import Command
+    from pdbench.cli import UsageError, leaves_nothing, parse_argv, precheck, print_checked
 
     inv = parse_argv(argv)
     jobs = []
@@ -71,12 +70,8 @@ def main() -> None:
             jobs = precheck(inv)
         except UsageError as err:
             _fail(err, debug)
-    if jobs and not inv.shows_config and jobs[0].cfg.command is Command.check:
-        for job in jobs:
-            if len(jobs) > 1:
-                label = [o for o in job.overrides if not o.startswith("command=")]
-                print(f"[{' '.join(label)}]", end=" ")
-            COMMANDS[Command.check](job.cfg)
+    if inv.check_only:
+        print_checked(jobs)
         return
     hydra_argv = inv.argv
     sweep_dir = ""

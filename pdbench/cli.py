@@ -18,6 +18,7 @@ from pdbench.config import Command, RunConfig
 from pdbench.overrides import OverrideError, check_overrides, combinations, schema
 
 RUN_ALIASES = ("run.dir=", "run.name=")  # older spellings of dir= and name=
+CHECK_VERB = "check"  # validate the command line's jobs, start nothing
 # Hydra options that print something instead of running a job (no validation needed).
 SHOW_ONLY = ("hydra_help", "shell_completion", "info")
 
@@ -33,6 +34,7 @@ class Invocation:
     overrides: list[str]  # key=value words (verbs already turned into command=VERB)
     flags: list[str]  # Hydra's own options, passed on untouched
     multirun: bool = False
+    check_only: bool = False  # the verb check: compose and validate, run nothing
     shows_config: bool = False  # --cfg/--resolve: print the config, run nothing
     show_only: bool = False  # --hydra-help, --info, --shell-completion
     errors: list[str] = field(default_factory=list)
@@ -43,9 +45,9 @@ class Invocation:
 
 
 def _verb_or_error(word: str, errors: list[str]) -> str | None:
-    verbs = [c.value for c in Command]
+    verbs = [c.value for c in Command] + [CHECK_VERB]
     if word in verbs:
-        return f"command={word}"
+        return f"command={word}" if word != CHECK_VERB else None
     near = difflib.get_close_matches(word, verbs, n=1)
     hint = f"did you mean {near[0]}? " if near else ""
     errors.append(
@@ -77,12 +79,17 @@ def parse_argv(argv: list[str]) -> Invocation:
     for word in [*args.overrides, *(w for w in unknown if not w.startswith("-"))]:
         if word.startswith(RUN_ALIASES):
             inv.overrides.append(word[len("run.") :])
+        elif word == CHECK_VERB:
+            inv.check_only = True
         elif "=" not in word and not word.startswith("~"):
             verb = _verb_or_error(word, inv.errors)
             if verb:
                 inv.overrides.append(verb)
         else:
             inv.overrides.append(word)
+    verbs = [o for o in inv.overrides if o.startswith("command=")]
+    if len(verbs) > 1:
+        inv.errors.append(f"{' '.join(verbs)}: one command at a time")
     inv.flags = [w for w in argv if w not in args.overrides and w not in unknown]
     inv.multirun = bool(args.multirun)
     inv.shows_config = bool(args.cfg or args.resolve)
@@ -120,6 +127,12 @@ def compose_job(overrides: list[str]) -> RunConfig:
 
 
 DETAIL_MARKS = ("full_key:", "reference_type=", "object_type=", "$VALUE")
+# OmegaConf's words for a mistake, and the fix pdbench adds to them.
+FIXES = {
+    "is not a ListConfig": "Fix: a list is written in brackets and quoted for the shell: "
+    "'workload.history_tokens=[0,1024]'",
+    "could not be converted to": "Fix: a value of the setting's type (--cfg job shows each)",
+}
 
 
 def error_text(err: BaseException, depth: int = 2) -> str:
@@ -173,14 +186,21 @@ def precheck(inv: Invocation) -> list[Job]:
         try:
             cfg = compose_job(job)
         except (HydraException, OmegaConfBaseException) as err:
-            problems.append(label + error_text(err))
+            text = error_text(err)
+            fixes = [fix for words, fix in FIXES.items() if words in text]
+            problems.append(label + "\n".join([text, *fixes[:1]]))
             continue
         typed.append(Job(job, cfg))
         if cfg.command is Command.status:
+            runs = _recent_runs()
+            recent = f" Recent runs: {', '.join(runs)}" if runs else ""
             if not any(o.startswith("dir=") for o in job):
-                runs = _recent_runs()
-                recent = f" Recent runs: {', '.join(runs)}" if runs else ""
                 problems.append(f"status needs the run directory: status dir=RESULTS_DIR.{recent}")
+            elif not (Path(cfg.dir).expanduser() / "manifest.json").is_file():
+                problems.append(
+                    f"dir={cfg.dir}: no manifest.json there: not a pdbench run directory. "
+                    f"Fix: the run directory python -m pdbench printed.{recent}"
+                )
             continue
         problems += [label + str(p) for p in validate(cfg)]
     if problems:
@@ -189,9 +209,18 @@ def precheck(inv: Invocation) -> list[Job]:
 
 
 def leaves_nothing(jobs: list[Job]) -> bool:
-    """Jobs that only print (dry runs, status, check): a sweep of them keeps no folder."""
-    quiet = (Command.status, Command.check)
-    return all(job.cfg.launch.dry_run or job.cfg.command in quiet for job in jobs)
+    """Jobs that only print (dry runs, status): a sweep of them keeps no folder."""
+    return all(job.cfg.launch.dry_run or job.cfg.command is Command.status for job in jobs)
+
+
+def print_checked(jobs: list[Job]) -> None:
+    """What the verb ``check`` prints once every job has passed ``precheck``."""
+    for job in jobs:
+        label = f"[{' '.join(job.overrides)}] " if len(jobs) > 1 else ""
+        print(
+            f"{label}ok: {job.cfg.command.value} {job.cfg.name} composes and validates; "
+            "launch.dry_run=true prints what would run"
+        )
 
 
 def _run(cfg: RunConfig) -> None:
@@ -221,18 +250,10 @@ def _transfer_bench(cfg: RunConfig) -> None:
     run_transfer_bench(cfg)
 
 
-def _check(cfg: RunConfig) -> None:
-    from pdbench.validate import check
-
-    check(cfg)
-    print(f"ok: {cfg.name} composes and validates; launch.dry_run=true prints what would run")
-
-
 COMMANDS: dict[Command, Callable[[RunConfig], None]] = {
     Command.run: _run,
     Command.status: _status,
     Command.transfer_bench: _transfer_bench,
-    Command.check: _check,
 }
 
 

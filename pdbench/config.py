@@ -52,13 +52,13 @@ class Command(Enum):
     """What ``python -m pdbench`` does (``python -m pdbench VERB`` or ``command=VERB``).
 
     A new verb is a member here plus its handler in ``pdbench.cli.COMMANDS`` (the node
-    preflight of DESIGN.md, "On a real cluster", joins this way as ``preflight``).
+    preflight of DESIGN.md, "On a real cluster", joins this way as ``preflight``). The verb
+    ``check`` is no command: it validates whatever command the line names, then stops.
     """
 
     run = "run"  # plan, launch and follow the benchmark (the default)
     status = "status"  # jobs, their states and the Points of a run dir
     transfer_bench = "transfer_bench"  # KV-shaped NIXL transfer bench (no vLLM)
-    check = "check"  # compose and validate only: exit 0 when the config would launch
 
 
 class TrackingBackend(Enum):

@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from pdbench import capacity, server_flags
-from pdbench.config import ExecutorKind, Flow, Placement, RunConfig
+from pdbench.config import Command, ExecutorKind, Flow, Placement, RunConfig
 from pdbench.lengths import LENGTH_DISTRIBUTIONS, max_length
 from pdbench.plan import PD_FLOWS, SIDE_CHANNEL_STRIDE, place_instances
 
@@ -501,6 +501,20 @@ def check_tracking(cfg: RunConfig) -> list[ConfigProblem]:
     ]
 
 
+def check_command(cfg: RunConfig) -> list[ConfigProblem]:
+    """What a command needs of the cluster."""
+    if cfg.command is Command.transfer_bench and cfg.cluster.executor is ExecutorKind.debug:
+        return [
+            ConfigProblem(
+                "cluster.executor",
+                "debug",
+                "runs one task in the driver; the transfer bench needs two (owner and reader)",
+                "cluster=local or cluster=slurm",
+            )
+        ]
+    return []
+
+
 def check_extra_args(cfg: RunConfig) -> list[ConfigProblem]:
     """``server.extra_args`` may add vLLM flags, not repeat one pdbench sets itself."""
     managed = server_flags.managed_flags(cfg)
@@ -614,6 +628,7 @@ RULES: tuple[Rule, ...] = (
     check_workload_fits,
     check_ports,
     check_tracking,
+    check_command,
     check_extra_args,
     check_cpu_memory,
     check_dirs,

@@ -39,8 +39,9 @@ def usage_error(*args: str) -> str:
 
 def test_verbs_become_commands_and_run_aliases_stay():
     inv = parse_argv(["status", "run.dir=results/x", "-m", "check"])
-    assert inv.overrides == ["command=status", "dir=results/x", "command=check"]
-    assert inv.flags == ["-m"] and inv.multirun
+    assert inv.overrides == ["command=status", "dir=results/x"]
+    assert inv.flags == ["-m"] and inv.multirun and inv.check_only
+    assert "command=run command=status: one command at a time" in usage_error("run", "status")
 
 
 def test_a_misspelt_verb_or_option_names_what_was_meant():
@@ -50,7 +51,7 @@ def test_a_misspelt_verb_or_option_names_what_was_meant():
 
 def test_flags_and_overrides_may_come_in_any_order():
     inv = parse_argv(["check", "-m", "+experiment=smoke", "--cfg", "job", "name=a"])
-    assert inv.overrides == ["command=check", "+experiment=smoke", "name=a"]
+    assert inv.overrides == ["+experiment=smoke", "name=a"]
     assert inv.flags == ["-m", "--cfg", "job"] and inv.shows_config
 
 
@@ -63,6 +64,9 @@ def test_a_value_of_the_wrong_type_is_one_plain_line():
     text = usage_error("workload.turns=abc")
     assert "Value 'abc' of type 'str' could not be converted to Integer" in text
     assert "full_key" not in text and "$VALUE" not in text
+    text = usage_error("workload.history_tokens=1024")
+    assert text.endswith("Fix: a list is written in brackets and quoted for the shell: "
+                         "'workload.history_tokens=[0,1024]'")  # fmt: skip
 
 
 def test_validation_runs_on_every_job_of_a_sweep():
@@ -71,8 +75,10 @@ def test_validation_runs_on_every_job_of_a_sweep():
     assert "[topology.decode.tp=1]" not in text
 
 
-def test_status_needs_a_dir():
+def test_status_needs_a_run_dir(tmp_path):
     assert "status needs the run directory: status dir=" in usage_error("status")
+    text = usage_error("status", f"dir={tmp_path}")
+    assert f"dir={tmp_path}: no manifest.json there: not a pdbench run directory" in text
 
 
 def test_a_valid_sweep_gives_one_typed_job_per_combination():
@@ -82,9 +88,12 @@ def test_a_valid_sweep_gives_one_typed_job_per_combination():
     assert not leaves_nothing(precheck(parse_argv(["+experiment=smoke"])))
 
 
-def test_command_is_an_enum():
-    (job,) = precheck(parse_argv(["+experiment=transfer_bench"]))
+def test_command_is_an_enum_and_check_keeps_the_command_it_checks():
+    (job,) = precheck(parse_argv(["check", "+experiment=transfer_bench"]))
     assert job.cfg.command is Command.transfer_bench
+    assert "cluster.executor=debug: runs one task" in usage_error(
+        "check", "+experiment=transfer_bench", "cluster=debug"
+    )
 
 
 def test_a_typo_exits_2_with_the_message_alone():
@@ -108,7 +117,7 @@ def test_validation_errors_exit_2_and_debug_shows_the_traceback():
 def test_check_validates_and_exits_0():
     out = pdbench("check", "+experiment=smoke")
     assert out.returncode == 0, out.stderr
-    assert out.stdout.startswith("ok: smoke composes and validates")
+    assert out.stdout.startswith("ok: run smoke composes and validates")
 
 
 def test_a_dry_run_sweep_leaves_nothing_behind(tmp_path):
