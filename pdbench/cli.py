@@ -50,6 +50,10 @@ def _verb_or_error(word: str, errors: list[str]) -> str | None:
         return f"command={word}" if word != CHECK_VERB else None
     near = difflib.get_close_matches(word, verbs, n=1)
     hint = f"did you mean {near[0]}? " if near else ""
+    if word.startswith(("analy", "report")):
+        hint = "results are analysed by python -m analysis RUN_DIR. "
+    elif (Path(word).expanduser() / "manifest.json").is_file():
+        hint = f"did you mean dir={word}? "
     errors.append(
         f"{word}: not a command and not key=value; {hint}Commands: {', '.join(verbs)} "
         "(python -m pdbench --help)"
@@ -218,7 +222,7 @@ def print_checked(jobs: list[Job]) -> None:
     for job in jobs:
         label = f"[{' '.join(job.overrides)}] " if len(jobs) > 1 else ""
         print(
-            f"{label}ok: {job.cfg.command.value} {job.cfg.name} composes and validates; "
+            f"{label}ok: {job.cfg.name} ({job.cfg.command.value}) composes and validates; "
             "launch.dry_run=true prints what would run"
         )
 

@@ -177,6 +177,15 @@ def check_overrides(overrides: list[str], s: Schema | None = None) -> list[Overr
     except OverrideParseException as err:
         raise OverrideError([str(err).strip()]) from err
     problems = []
+    seen: dict[str, str] = {}
+    for o in parsed:
+        element = o.get_key_element().lstrip("+~")
+        if element in seen:
+            problems.append(
+                f"{seen[element]} and {o.input_line}: one key given twice (Hydra would keep the "
+                "last silently). Fix: keep one; sweep values go in one list (-m key=a,b)"
+            )
+        seen[element] = o.input_line
     for o in parsed:
         key = o.key_or_group
         if key == "hydra" or key.startswith(("hydra.", "hydra/")) or o.package is not None:

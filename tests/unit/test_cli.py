@@ -49,6 +49,14 @@ def test_a_misspelt_verb_or_option_names_what_was_meant():
     assert "--dry-run: not an option; did you mean launch.dry_run=...?" in usage_error("--dry-run")
 
 
+def test_a_run_dir_or_analysis_without_a_key_gets_a_hint(tmp_path):
+    (tmp_path / "manifest.json").write_text("{}")
+    assert f"{tmp_path}: not a command and not key=value; did you mean dir={tmp_path}?" in (
+        usage_error("status", str(tmp_path))
+    )
+    assert "analysed by python -m analysis RUN_DIR" in usage_error("analysis")
+
+
 def test_flags_and_overrides_may_come_in_any_order():
     inv = parse_argv(["check", "-m", "+experiment=smoke", "--cfg", "job", "name=a"])
     assert inv.overrides == ["+experiment=smoke", "name=a"]
@@ -117,7 +125,7 @@ def test_validation_errors_exit_2_and_debug_shows_the_traceback():
 def test_check_validates_and_exits_0():
     out = pdbench("check", "+experiment=smoke")
     assert out.returncode == 0, out.stderr
-    assert out.stdout.startswith("ok: run smoke composes and validates")
+    assert out.stdout.startswith("ok: smoke (run) composes and validates")
 
 
 def test_a_dry_run_sweep_leaves_nothing_behind(tmp_path):

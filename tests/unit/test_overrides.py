@@ -112,3 +112,10 @@ def test_a_sweep_expands_as_hydra_does():
 def test_closest_prefers_the_same_last_component():
     assert closest("dry_run", ["launch.dry_run", "launch.resume", "name"]) == ["launch.dry_run"]
     assert closest("zzz", ["launch.dry_run"]) == []
+
+
+def test_a_key_given_twice_is_refused_not_silently_overwritten():
+    with pytest.raises(OverrideError) as info:
+        check_overrides(["+experiment=crossover", "+experiment=smoke"])
+    (line,) = info.value.problems
+    assert line.startswith("+experiment=crossover and +experiment=smoke: one key given twice")
