@@ -14,8 +14,18 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from pdbench.config import Command, RunConfig
+from hydra import compose, initialize_config_dir
+from hydra._internal.utils import get_args_parser  # the parser hydra.main itself uses
+from hydra.core.global_hydra import GlobalHydra
+from hydra.core.hydra_config import HydraConfig
+from hydra.errors import HydraException
+from omegaconf import OmegaConf, open_dict
+from omegaconf.errors import OmegaConfBaseException
+
+from pdbench.conf_tree import CONF_DIR, ROOT_CONFIG
+from pdbench.config import Command, RunConfig, register_configs
 from pdbench.overrides import OverrideError, check_overrides, combinations, schema
+from pdbench.validate import validate
 
 RUN_ALIASES = ("run.dir=", "run.name=")  # older spellings of dir= and name=
 CHECK_VERB = "check"  # validate the command line's jobs, start nothing
@@ -74,8 +84,6 @@ def _flag_error(flag: str) -> str:
 
 def parse_argv(argv: list[str]) -> Invocation:
     """Hydra's options apart from overrides; verbs (``status``) become ``command=``."""
-    from hydra._internal.utils import get_args_parser  # the parser hydra.main itself uses
-
     args, unknown = get_args_parser().parse_known_intermixed_args(argv)
     inv = Invocation(overrides=[], flags=[])
     flag_words = [w for w in unknown if w.startswith("-")]
@@ -108,14 +116,6 @@ def parse_argv(argv: list[str]) -> Invocation:
 
 def compose_job(overrides: list[str]) -> RunConfig:
     """One job's typed config, composed from ``conf/`` as ``python -m pdbench`` does."""
-    from hydra import compose, initialize_config_dir
-    from hydra.core.global_hydra import GlobalHydra
-    from hydra.core.hydra_config import HydraConfig
-    from omegaconf import OmegaConf, open_dict
-
-    from pdbench.conf_tree import CONF_DIR, ROOT_CONFIG
-    from pdbench.config import register_configs
-
     register_configs()
     GlobalHydra.instance().clear()
     try:
@@ -156,6 +156,20 @@ def _recent_runs(root: Path = Path("results"), n: int = 3) -> list[str]:
     return [str(p.parent) for p in runs[:n]]
 
 
+def _status_problems(job: list[str], cfg: RunConfig) -> list[str]:
+    """``status`` reads a run directory: it must be named, and be one."""
+    runs = _recent_runs()
+    recent = f" Recent runs: {', '.join(runs)}" if runs else ""
+    if not any(o.startswith("dir=") for o in job):
+        return [f"status needs the run directory: status dir=RESULTS_DIR.{recent}"]
+    if not (Path(cfg.dir).expanduser() / "manifest.json").is_file():
+        return [
+            f"dir={cfg.dir}: no manifest.json there: not a pdbench run directory. "
+            f"Fix: the run directory python -m pdbench printed.{recent}"
+        ]
+    return []
+
+
 @dataclass
 class Job:
     """One job of a command line: its overrides (one value per key) and its typed config."""
@@ -166,11 +180,6 @@ class Job:
 
 def precheck(inv: Invocation) -> list[Job]:
     """Every job of the command line, typed and validated; ``UsageError`` otherwise."""
-    from hydra.errors import HydraException
-    from omegaconf.errors import OmegaConfBaseException
-
-    from pdbench.validate import validate
-
     errors = list(inv.errors)
     try:
         parsed = check_overrides(inv.overrides)
@@ -196,15 +205,7 @@ def precheck(inv: Invocation) -> list[Job]:
             continue
         typed.append(Job(job, cfg))
         if cfg.command is Command.status:
-            runs = _recent_runs()
-            recent = f" Recent runs: {', '.join(runs)}" if runs else ""
-            if not any(o.startswith("dir=") for o in job):
-                problems.append(f"status needs the run directory: status dir=RESULTS_DIR.{recent}")
-            elif not (Path(cfg.dir).expanduser() / "manifest.json").is_file():
-                problems.append(
-                    f"dir={cfg.dir}: no manifest.json there: not a pdbench run directory. "
-                    f"Fix: the run directory python -m pdbench printed.{recent}"
-                )
+            problems += _status_problems(job, cfg)
             continue
         problems += [label + str(p) for p in validate(cfg)]
     if problems:
