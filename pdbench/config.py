@@ -128,6 +128,10 @@ class TransportConfig:
     backends: list[str] = field(default_factory=lambda: ["UCX"])
     ucx_tls: str = ""
     ucx_net_devices: str = ""
+    # UCX transports (names or aliases: rc, sm, cuda...) at least one of which must carry
+    # the KV: the preflight checks each node has one, Points are flagged when none did.
+    # []: no expectation. Only intra-node ones (cuda_ipc, shared memory): KV stays on a node.
+    expected_ucx_transports: list[str] = field(default_factory=list)
     expected_gb_s: float = 0.0  # what the link should give; 0: unknown, no flag raised
     env: dict[str, str] = field(default_factory=dict)
 

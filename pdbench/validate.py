@@ -23,14 +23,13 @@ Decisions worth knowing:
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from pdbench.config import ExecutorKind, Flow, Placement, RunConfig
+from pdbench.config_problems import ConfigError, ConfigProblem, Problems, Rule
 from pdbench.lengths import LENGTH_DISTRIBUTIONS, max_length
 from pdbench.plan import PD_FLOWS, SIDE_CHANNEL_STRIDE, place_instances
+from pdbench.validate_gpu import GPU_RULES
 
 CPU_ATTENTION_HEAD_SIZES = (32, 64, 80, 96, 112, 128, 160, 192, 224, 256, 512)
 CPU_BLOCK_MULTIPLE = 32
@@ -40,38 +39,6 @@ DTYPES = ("auto", "float32", "float", "float16", "half", "bfloat16")
 KV_BUFFER_DEVICES = ("cpu", "cuda")
 TRACKING_MODES = ("offline", "online", "disabled")
 ISSUE_HETERO_TP = "vLLM #43523"
-
-
-@dataclass
-class ConfigProblem:
-    """One thing wrong with a config: where, what it is, why it is wrong, what to do."""
-
-    field: str
-    value: Any
-    message: str
-    fix: str
-
-    def __str__(self) -> str:
-        return f"{self.field}={self.value}: {self.message}. Fix: {self.fix}"
-
-
-class ConfigError(ValueError):
-    """Raised by ``check`` with every problem of a config, one per line."""
-
-    def __init__(self, problems: list[ConfigProblem]):
-        self.problems = list(problems)
-        lines = "\n".join(str(p) for p in self.problems)
-        super().__init__(f"{len(self.problems)} problem(s) in the config:\n{lines}")
-
-
-Rule = Callable[[RunConfig], list[ConfigProblem]]
-
-
-class Problems(list[ConfigProblem]):
-    """What one rule found; ``add`` keeps each rule short."""
-
-    def add(self, field: str, value: Any, message: str, fix: str) -> None:
-        self.append(ConfigProblem(field, value, message, fix))
 
 
 def _roles(cfg: RunConfig) -> list[tuple[str, int, int]]:
@@ -508,6 +475,7 @@ RULES: tuple[Rule, ...] = (
     check_workload_fits,
     check_ports,
     check_tracking,
+    *GPU_RULES,
 )
 
 
