@@ -61,6 +61,9 @@ class ClusterConfig:
     executor: ExecutorKind = ExecutorKind.local
     nodes: int = 1
     gpus_per_node: int = 0
+    # Memory of one GPU in GiB as nvidia-smi reports it (memory.total MiB / 1024); 0: unknown,
+    # the weights-fit check is skipped. The preflight compares it with the nodes' GPUs.
+    gpu_memory_gib: float = 0.0
     cpus_per_node: int = 0  # 0: the cores of the machine running the driver
     partition: str = ""
     account: str = ""
@@ -93,6 +96,7 @@ class ModelConfig:
     vocab_size: int = MISSING
     max_model_len: int = 2048
     dtype: str = "bfloat16"
+    tie_word_embeddings: bool = False  # config.json's; true: one embedding matrix, not two
     seed: int = 0
 
     @property

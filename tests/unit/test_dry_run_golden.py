@@ -23,15 +23,16 @@ from tests.unit.test_sbatch_golden import CONF_DIR, check_golden
 
 pytestmark = pytest.mark.unit
 
+LLAMA_8B = ["model=llama3_8b", "model.path=/shared/models/Llama-3.1-8B-Instruct"]
+LLAMA_70B = ["model=llama3_70b", "model.path=/shared/models/Llama-3.1-70B-Instruct"]
 CASES = {
-    "dry_llama3_8b_1p1d_tp1_nvlink": ["topology=1p1d", "transport=nvlink"],
-    "dry_llama3_8b_p2_d4_nvlink": ["topology=p2_d4", "transport=nvlink"],
-    "dry_llama3_8b_2p2d_cross_rdma": ["topology=2p2d_cross", "transport=rdma"],
-    "dry_llama3_8b_2p2d_cross_nvlink": ["topology=2p2d_cross", "transport=nvlink"],
+    "dry_llama3_8b_1p1d_tp1_nvlink": LLAMA_8B + ["topology=1p1d", "transport=nvlink"],
+    "dry_llama3_8b_p2_d4_nvlink": LLAMA_8B + ["topology=p2_d4", "transport=nvlink"],
+    "dry_llama3_8b_2p2d_cross_rdma": LLAMA_8B + ["topology=2p2d_cross", "transport=rdma"],
+    "dry_llama3_70b_1p1d_tp4_nvlink": LLAMA_70B + ["topology=1p1d_tp4", "transport=nvlink"],
 }
 BASE = [
     "+experiment=smoke",
-    "model=llama3_8b",
     "cluster=h100_8gpu",
     "cluster.nodes=2",
     "dir=/RUN",

@@ -8,13 +8,22 @@ from pdbench.plan import make_plan
 from pdbench.serve_command import serve_env
 from pdbench.ucx_transports import lacks_connectable_am
 from pdbench.validate import validate
-from tests.unit.test_dry_run_golden import BASE, compose_run
+from tests.unit.test_dry_run_golden import LLAMA_8B, compose_run
 
 pytestmark = pytest.mark.unit
 
+GPU = [
+    "+experiment=smoke",
+    "cluster=h100_8gpu",
+    "cluster.nodes=2",
+    "dir=/R",
+    "cache_dir=/C",
+    *LLAMA_8B,
+]
+
 
 def first_server_env(overrides: list[str]) -> dict[str, str]:
-    cfg = compose_run(BASE + overrides)
+    cfg = compose_run(GPU + overrides)
     assert validate(cfg) == [], [str(p) for p in validate(cfg)]
     dep = make_plan(cfg).deployments[0]
     return serve_env(dep, dep.instances[0], "<node0>", "/RUN/kvparams", "/RUN/traces")
@@ -38,7 +47,7 @@ def test_rdma_leaves_the_nic_choice_per_gpu_to_ucx():
 
 @pytest.mark.parametrize("name", ["dram", "tcp", "nvlink", "rdma"])
 def test_every_transport_expects_a_transport_its_ucx_tls_allows(name):
-    cfg = compose_run(BASE + ["topology=1p1d", f"transport={name}"])
+    cfg = compose_run(GPU + ["topology=1p1d", f"transport={name}"])
     assert cfg.transport.expected_ucx_transports
     fields = {p.field for p in validate(cfg)}
     assert not fields & {"transport.ucx_tls", "transport.expected_ucx_transports"}
