@@ -78,6 +78,16 @@ class ClusterConfig:
     setup: list[str] = field(default_factory=list)
     env: dict[str, str] = field(default_factory=dict)
     python: str = ""  # interpreter on the nodes; "": the driver's sys.executable
+    # pyxis/enroot containers (SLURM only): each task runs in this image (an enroot URI like
+    # nvcr.io#nvidia/pytorch:25.01-py3, or a squashfs path on the nodes); "": no container.
+    container_image: str = ""
+    # Bind mounts SRC:DST[:FLAGS] (flags joined by '+', e.g. ro+rprivate): the run dir, the
+    # models, the code. pyxis --container-mounts.
+    container_mounts: list[str] = field(default_factory=list)
+    container_workdir: str = ""  # pyxis --container-workdir; "": the image's
+    # Further srun options for every task (e.g. --mpi=none, --container-remap-root); the
+    # options pdbench sets itself (output, error, cpus-per-task, containers) are refused.
+    srun_args: list[str] = field(default_factory=list)
 
 
 @dataclass

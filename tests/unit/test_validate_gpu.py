@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import sys
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
-from pdbench.config import Placement
+from pdbench.config import ExecutorKind, Placement
+from pdbench.containers import srun_args
 from pdbench.validate import validate
 from pdbench.validate_gpu import check_model_reachable
 from tests.unit.helpers import gpu_run
@@ -132,3 +135,59 @@ def test_hub_id_offline_found_in_a_shared_hf_home(tmp_path):
     snapshot = home / "hub" / "models--meta-llama--Llama-3.1-8B-Instruct" / "snapshots" / "abc"
     snapshot.mkdir(parents=True)
     assert check_model_reachable(cfg, {}) == []
+
+
+def container_run(**fields):
+    cfg = gpu_run()
+    cfg.cluster.container_image = "nvcr.io#nvidia/pytorch:25.01-py3"
+    cfg.cluster.container_mounts = ["/lustre/me:/lustre/me", "/models:/models:ro+rprivate"]
+    cfg.cluster.python = "python"
+    for key, value in fields.items():
+        setattr(cfg.cluster, key, value)
+    return cfg
+
+
+def test_a_well_formed_container_config_passes_and_becomes_srun_options():
+    cfg = container_run(container_workdir="/lustre/me", srun_args=["--mpi=none"])
+    assert validate(cfg) == []
+    assert srun_args(cfg.cluster) == [
+        "--container-image=nvcr.io#nvidia/pytorch:25.01-py3",
+        "--container-mounts=/lustre/me:/lustre/me,/models:/models:ro+rprivate",
+        "--container-workdir=/lustre/me",
+        "--mpi=none",
+    ]
+    assert srun_args(gpu_run().cluster) == []
+
+
+def test_container_mounts_must_be_src_dst_flags():
+    cfg = container_run(container_mounts=["/a:/b,/c:/d"])
+    only(cfg, "cluster.container_mounts", "/a:/b,/c:/d", "SRC:DST[:FLAGS]", "list items")
+    only(
+        container_run(container_mounts=["models:/models"]),
+        "cluster.container_mounts",
+        "models:/models",
+    )
+
+
+def test_containers_need_slurm_and_an_interpreter_the_image_has():
+    cfg = container_run()
+    cfg.cluster.executor = ExecutorKind.local
+    only(cfg, "cluster.container_image", cfg.cluster.container_image, "srun option", "local")
+    problem = only(container_run(python=""), "cluster.python", "''", "does not have")
+    assert "cluster.python=python" in problem.fix
+    venv = str(Path(sys.executable).parent.parent)
+    mounted = container_run(python="", container_mounts=[f"{venv}:{venv}"])
+    assert problems_for(mounted, "cluster.python") == []
+
+
+def test_mounts_without_an_image_and_reserved_srun_options():
+    cfg = gpu_run()
+    cfg.cluster.container_mounts = ["/a:/a"]
+    only(cfg, "cluster.container_mounts", ["/a:/a"], "no effect without cluster.container_image")
+    cfg = gpu_run()
+    cfg.cluster.srun_args = ["--cpus-per-task=4", "--container-image=x", "mpi=none"]
+    found = [str(p) for p in problems_for(cfg, "cluster.srun_args")]
+    assert len(found) == 3, found
+    assert "Fix: use cluster.cpus_per_task" in found[0]
+    assert "Fix: use cluster.container_image" in found[1]
+    assert "is not an option" in found[2]
