@@ -137,18 +137,23 @@ def check_weights_fit(cfg: RunConfig) -> list[ConfigProblem]:
 def check_model_reachable(
     cfg: RunConfig, environ: Mapping[str, str] | None = None
 ) -> list[ConfigProblem]:
-    """A hub id with ``HF_HUB_OFFLINE=1`` must already be in the hub cache the servers read.
+    """The servers can load ``model.path`` (checked from here when it can be).
 
+    A hub id with ``HF_HUB_OFFLINE=1`` must already be in the hub cache the servers read.
     The servers' environment is this process's (inherited by local tasks and, by default, by
     sbatch) overlaid with ``cluster.env`` and ``server.env``. The cache is checked from here
     when it can be: the home default (shared home directories) or an explicit cache directory
     this machine sees; an explicit one this machine does not see is left to the preflight.
-    Directories given as ``model.path`` are checked by ``check_model`` (local executor) and
-    by the preflight on the nodes (SLURM).
+
+    A directory on SLURM is checked when it sits on the filesystem of the run dir (which
+    every node must share) and its parent is visible here; otherwise the preflight checks it
+    on the nodes. With the local executor ``check_model`` checks it.
     """
     m = cfg.model
-    if m.generate or not m.path or is_local_path(m.path):
+    if m.generate or not m.path:
         return []
+    if is_local_path(m.path):
+        return _shared_model_dir(cfg)
     env = dict(os.environ if environ is None else environ)
     env.update(cfg.cluster.env)
     env.update(cfg.server.env)
@@ -171,6 +176,32 @@ def check_model_reachable(
             f"{m.path.split('/')[-1]}>, or cluster.env.HF_HOME=<a shared cache holding it> "
             "(download it where the internet is: huggingface-cli download "
             f"{m.path})",
+        )
+    ]
+
+
+def _shared_model_dir(cfg: RunConfig) -> list[ConfigProblem]:
+    """A SLURM model directory missing from the run dir's (shared) filesystem."""
+    if cfg.cluster.executor is not ExecutorKind.slurm:
+        return []
+    model = Path(cfg.model.path).expanduser().absolute()
+    if model.exists() or not model.parent.is_dir():
+        return []
+    run_dir = Path(cfg.dir).expanduser().absolute()
+    anchor = next((p for p in (run_dir, *run_dir.parents) if p.exists()), None)
+    try:
+        shared = anchor is not None and anchor.stat().st_dev == model.parent.stat().st_dev
+    except OSError:
+        return []
+    if not shared or anchor == Path(anchor.anchor):
+        return []
+    return [
+        ConfigProblem(
+            "model.path",
+            cfg.model.path,
+            f"does not exist, though {model.parent} is on the filesystem of the run dir "
+            f"({anchor}) that every node shares: the servers cannot load it",
+            f"the model's directory (ls {model.parent})",
         )
     ]
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import socket
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -95,13 +96,19 @@ def run_preflight(
     env = probes.probe_env(spec.server_env)
     python = spec.interpreter
 
-    imports, extra = probes.import_facts(python, spec.imports, env)
+    # The slow probes (two Python subprocesses, nvidia-smi, ucx_info) run side by side.
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        imports_job = pool.submit(probes.import_facts, python, spec.imports, env)
+        ucx_job = pool.submit(probes.nixl_ucx_facts, python, env)
+        nvidia_job = pool.submit(probes.nvidia_facts)
+        system_ucx_job = pool.submit(probes.system_ucx_facts)
+    imports, extra = imports_job.result()
     report.results.append(check_imports(imports, python))
     report.findings["python"] = extra.get("python", python)
     report.findings["packages"] = imports.versions
     report.findings.update({k: v for k, v in extra.items() if k != "python"})
 
-    nvidia = probes.nvidia_facts()
+    nvidia = nvidia_job.result()
     gpus = nvidia["gpus"]
     report.results.append(
         check_gpus(expect, gpus, env.get("CUDA_VISIBLE_DEVICES"), spec.gpu_memory_gib)
@@ -121,11 +128,11 @@ def run_preflight(
             f"GPU{g}": topo.nearest_nics(g) for g in range(len(topo.gpus))
         }
 
-    ucx = probes.nixl_ucx_facts(python, env)
+    ucx = ucx_job.result()
     report.results.append(
         check_ucx(spec.expected_ucx_transports, spec.server_env.get("UCX_TLS", ""), ucx)
     )
-    system_ucx = probes.system_ucx_facts()
+    system_ucx = system_ucx_job.result()
     report.findings["ucx"] = {
         "nixl": ucx.source.removeprefix("NIXL's UCX ").strip(),
         "resources": sorted(r.name for r in ucx.resources),

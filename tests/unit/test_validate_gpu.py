@@ -191,3 +191,17 @@ def test_mounts_without_an_image_and_reserved_srun_options():
     assert "Fix: use cluster.cpus_per_task" in found[0]
     assert "Fix: use cluster.container_image" in found[1]
     assert "is not an option" in found[2]
+
+
+def test_a_slurm_model_dir_missing_from_the_shared_filesystem_is_rejected(tmp_path):
+    shared = tmp_path / "lustre"
+    (shared / "models").mkdir(parents=True)
+    cfg = gpu_run()  # SLURM
+    cfg.dir = str(shared / "runs" / "r1")
+    cfg.model.path = str(shared / "models" / "Llama-3.1-8B-Instruct")
+    line = str(only(cfg, "model.path", cfg.model.path, "does not exist", "every node shares"))
+    assert f"ls {shared / 'models'}" in line
+    (shared / "models" / "Llama-3.1-8B-Instruct").mkdir()
+    assert problems_for(cfg, "model.path") == []
+    cfg.model.path = "/nonexistent-mount/models/x"  # not visible here: the preflight's job
+    assert problems_for(cfg, "model.path") == []
