@@ -220,6 +220,8 @@ def check_model(model_path: str, facts: ModelFacts) -> CheckResult:
 
 
 def check_address(address: str, how: str, error: str) -> CheckResult:
+    """The address this node's servers publish (``slurm_env.choose_node_address``)."""
     if error:
-        return failed("address", error.split(". Fix: ")[0], error.partition(". Fix: ")[2] or "")
+        found, _, fix = error.partition(". Fix: ")
+        return failed("address", found, fix or "map this node's name in /etc/hosts or DNS")
     return passed("address", f"{address} ({how})")

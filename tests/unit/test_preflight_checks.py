@@ -153,3 +153,15 @@ def test_node_findings_go_into_the_provenance():
     assert prov["git_sha"] == "abc"
     assert prov["nodes"]["gpu-a01.cluster"]["driver"] == "550.54.15"
     assert prov["nodes"]["gpu-a02.cluster"]["preflight_ok"] is False
+
+
+def test_address_failures_carry_their_fix():
+    from pdbench.preflight.checks import check_address
+
+    assert check_address("10.1.0.7", "gpu7 resolves to it", "").ok
+    line = one_line(
+        check_address("", "", "node gpu7 resolves to 127.0.1.1, a loopback address. Fix: map gpu7")
+    )
+    assert line.endswith("found node gpu7 resolves to 127.0.1.1, a loopback address. Fix: map gpu7")
+    unresolved = one_line(check_address("", "", "cannot resolve SLURM node 'gpu7'"))
+    assert "Fix: map this node's name in /etc/hosts or DNS" in unresolved
