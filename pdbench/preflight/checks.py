@@ -224,4 +224,4 @@ def check_address(address: str, how: str, error: str) -> CheckResult:
     if error:
         found, _, fix = error.partition(". Fix: ")
         return failed("address", found, fix or "map this node's name in /etc/hosts or DNS")
-    return passed("address", f"{address} ({how})")
+    return passed("address", f"{address}: {how}")

@@ -218,7 +218,7 @@ def _run_dir_result(rdv: Path, found: dict, missing: list[int], timeout_s: float
             "directory shared by every node (or that node's task did not start)",
             "dir=<a path on a filesystem every node mounts at the same place>",
         )
-    return passed("run_dir", f"{rdv.parent} shared: files of {len(found)} other node(s) read")
+    return passed("run_dir", f"{rdv} shared: files of {len(found)} other node(s) read here")
 
 
 def _run_dir_writable(directory: Path) -> CheckResult:
