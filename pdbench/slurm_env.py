@@ -3,22 +3,34 @@
 Works under SLURM (``srun``/``sbatch``, with or without submitit), under submitit's
 ``LocalExecutor`` and ``DebugExecutor`` and in a plain process (one task, rank 0). Servers
 bind to ``TaskEnvironment.address``: the address of this task's node as the cluster names it
-(``SLURMD_NODENAME`` resolved through /etc/hosts or DNS), never a loopback alias of its own.
+(``SLURMD_NODENAME`` resolved through /etc/hosts or DNS).
 
-``expand_nodelist`` is pure: it turns SLURM's compressed node lists (``node[1-2],gpu-[01-03,07]``)
-into host names.
+A name that resolves to loopback (Debian's ``127.0.1.1 <hostname>`` line) would publish URLs
+the other nodes cannot reach. On a multi-node SLURM job ``choose_node_address`` then takes
+``PDBENCH_NODE_INTERFACE``'s address, else the default route's interface's, else the host's
+only routable address, else fails with one line saying how to fix it. Loopback nodes stay
+allowed only when asked for: ``PDBENCH_LOOPBACK_NODES=1`` (the local test cluster, whose
+"nodes" are 127.0.10.x aliases of one host, sets it in conf/cluster/slurm.yaml).
+
+``expand_nodelist``, ``choose_node_address`` and ``parse_default_route`` are pure.
 """
 
 from __future__ import annotations
 
+import ipaddress
 import itertools
 import os
 import socket
 from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 
 # submitit's executor names (SUBMITIT_EXECUTOR); "none": not started by submitit.
 EXECUTORS = ("slurm", "local", "debug", "none")
+# "1": the job's nodes are aliases of one host; their loopback addresses are meant.
+LOOPBACK_NODES_ENV = "PDBENCH_LOOPBACK_NODES"
+# An interface name (ib0, eth1): servers bind to its IPv4 address on every node.
+NODE_INTERFACE_ENV = "PDBENCH_NODE_INTERFACE"
 
 
 def _split_top_level(text: str) -> list[str]:
@@ -90,6 +102,104 @@ def resolve_address(name: str) -> str:
     return socket.gethostbyname(name)
 
 
+def is_loopback(address: str) -> bool:
+    try:
+        return ipaddress.ip_address(address).is_loopback
+    except ValueError:
+        return False
+
+
+class NodeAddressError(OSError):
+    """This node has no address the other nodes can reach; the message says how to fix it."""
+
+
+@dataclass(frozen=True)
+class AddressChoice:
+    """The address servers of this node bind to, and why that one."""
+
+    address: str
+    how: str
+
+
+def choose_node_address(
+    node: str,
+    resolved: str,
+    multi_node: bool,
+    interfaces: Mapping[str, list[str]],
+    default_interface: str | None,
+    allow_loopback: bool = False,
+    interface: str = "",
+) -> AddressChoice:
+    """The address to publish for ``node`` (see the module docstring for the order).
+
+    ``resolved`` is what the node name resolves to, ``interfaces`` the host's IPv4 addresses
+    by interface, ``default_interface`` the interface of its default route.
+    """
+    routable = {
+        name: [a for a in addrs if not is_loopback(a)] for name, addrs in interfaces.items()
+    }
+    if interface:
+        if routable.get(interface):
+            return AddressChoice(routable[interface][0], f"{NODE_INTERFACE_ENV}={interface}")
+        have = ", ".join(sorted(n for n, a in routable.items() if a)) or "none"
+        raise NodeAddressError(
+            f"node {node}: {NODE_INTERFACE_ENV}={interface} but this host has no IPv4 address "
+            f"on {interface} (interfaces with one: {have}). Fix: name one of those"
+        )
+    if not is_loopback(resolved):
+        return AddressChoice(resolved, f"{node} resolves to it")
+    if not multi_node:
+        return AddressChoice(resolved, f"{node} resolves to it (loopback; a one-node job)")
+    if allow_loopback:
+        return AddressChoice(
+            resolved, f"{node} resolves to it (loopback, allowed by {LOOPBACK_NODES_ENV}=1)"
+        )
+    if default_interface and routable.get(default_interface):
+        return AddressChoice(
+            routable[default_interface][0],
+            f"{node} resolves to loopback {resolved}; {default_interface} has the default route",
+        )
+    candidates = [(n, a) for n, addrs in sorted(routable.items()) for a in addrs]
+    if len(candidates) == 1:
+        name, address = candidates[0]
+        return AddressChoice(
+            address, f"{node} resolves to loopback {resolved}; {name} has the only other address"
+        )
+    listed = ", ".join(f"{a} ({n})" for n, a in candidates) or "none"
+    raise NodeAddressError(
+        f"node {node} resolves to {resolved}, a loopback address the other nodes cannot reach, "
+        f"and this host has no default route nor a single other address (found: {listed}). "
+        f"Fix: map {node} to its network address in /etc/hosts or DNS, or set "
+        f"cluster.env.{NODE_INTERFACE_ENV}=<interface>"
+    )
+
+
+def parse_default_route(route_table: str) -> str | None:
+    """Interface of the IPv4 default route in ``/proc/net/route`` text; None if none."""
+    for line in route_table.splitlines()[1:]:
+        fields = line.split()
+        if len(fields) >= 4 and fields[1] == "00000000" and int(fields[3], 16) & 0x1:
+            return fields[0]
+    return None
+
+
+def default_route_interface() -> str | None:
+    try:
+        return parse_default_route(Path("/proc/net/route").read_text())
+    except OSError:
+        return None
+
+
+def interface_addresses() -> dict[str, list[str]]:
+    """IPv4 addresses of this host, by interface."""
+    import psutil
+
+    return {
+        name: [a.address for a in addrs if a.family == socket.AF_INET]
+        for name, addrs in psutil.net_if_addrs().items()
+    }
+
+
 @dataclass(frozen=True)
 class TaskEnvironment:
     """Who this task is within its job; ``from_environ()`` builds it from the environment."""
@@ -104,6 +214,8 @@ class TaskEnvironment:
     node_name: str
     node_names: tuple[str, ...]
     hostname: str
+    allow_loopback: bool = False  # PDBENCH_LOOPBACK_NODES=1
+    interface: str = ""  # PDBENCH_NODE_INTERFACE
 
     @classmethod
     def from_environ(cls, environ: Mapping[str, str] | None = None) -> TaskEnvironment:
@@ -132,6 +244,8 @@ class TaskEnvironment:
             node_name=node_name,
             node_names=node_names,
             hostname=hostname,
+            allow_loopback=env.get(LOOPBACK_NODES_ENV, "").strip() == "1",
+            interface=env.get(NODE_INTERFACE_ENV, "").strip(),
             **facts,
         )
 
@@ -141,8 +255,26 @@ class TaskEnvironment:
 
     @property
     def address(self) -> str:
-        """The address servers of this task bind to: its node's, as the cluster resolves it."""
-        return self.node_address(self.node_name)
+        """The address servers of this task bind to (``address_choice`` says why)."""
+        return self.address_choice.address
+
+    @property
+    def address_choice(self) -> AddressChoice:
+        """This node's address as the cluster resolves it, unless that is a loopback address
+        on a multi-node SLURM job (``choose_node_address``); raises ``NodeAddressError``."""
+        resolved = self.node_address(self.node_name)
+        multi_node = self.is_slurm and self.num_nodes > 1
+        if not self.interface and not (multi_node and is_loopback(resolved)):
+            return AddressChoice(resolved, f"{self.node_name} resolves to it")
+        return choose_node_address(
+            self.node_name,
+            resolved,
+            multi_node,
+            interface_addresses(),
+            default_route_interface(),
+            allow_loopback=self.allow_loopback,
+            interface=self.interface,
+        )
 
     def node_address(self, name: str) -> str:
         """Address of node ``name``; off SLURM, falls back to this host, then to 127.0.0.1.

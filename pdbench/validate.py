@@ -25,15 +25,14 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from pdbench import capacity, server_flags
 from pdbench.config import Command, ExecutorKind, Flow, Placement, RunConfig
+from pdbench.config_problems import ConfigError, ConfigProblem, Problems, Rule
 from pdbench.lengths import LENGTH_DISTRIBUTIONS, max_length
 from pdbench.plan import PD_FLOWS, SIDE_CHANNEL_STRIDE, place_instances
+from pdbench.validate_gpu import GPU_RULES
 
 CPU_ATTENTION_HEAD_SIZES = (32, 64, 80, 96, 112, 128, 160, 192, 224, 256, 512)
 CPU_BLOCK_MULTIPLE = 32
@@ -43,38 +42,6 @@ DTYPES = ("auto", "float32", "float", "float16", "half", "bfloat16")
 KV_BUFFER_DEVICES = ("cpu", "cuda")
 TRACKING_MODES = ("offline", "online", "disabled")
 ISSUE_HETERO_TP = "vLLM #43523"
-
-
-@dataclass
-class ConfigProblem:
-    """One thing wrong with a config: where, what it is, why it is wrong, what to do."""
-
-    field: str
-    value: Any
-    message: str
-    fix: str
-
-    def __str__(self) -> str:
-        return f"{self.field}={self.value}: {self.message}. Fix: {self.fix}"
-
-
-class ConfigError(ValueError):
-    """Raised by ``check`` with every problem of a config, one per line."""
-
-    def __init__(self, problems: list[ConfigProblem]):
-        self.problems = list(problems)
-        lines = "\n".join(str(p) for p in self.problems)
-        super().__init__(f"{len(self.problems)} problem(s) in the config:\n{lines}")
-
-
-Rule = Callable[[RunConfig], list[ConfigProblem]]
-
-
-class Problems(list[ConfigProblem]):
-    """What one rule found; ``add`` keeps each rule short."""
-
-    def add(self, field: str, value: Any, message: str, fix: str) -> None:
-        self.append(ConfigProblem(field, value, message, fix))
 
 
 def _roles(cfg: RunConfig) -> list[tuple[str, int, int]]:
@@ -632,6 +599,7 @@ RULES: tuple[Rule, ...] = (
     check_extra_args,
     check_cpu_memory,
     check_dirs,
+    *GPU_RULES,
 )
 
 

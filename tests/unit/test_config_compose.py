@@ -108,6 +108,11 @@ def test_model_presets_match_their_kv_shape():
         assert not m.generate and m.path.startswith("meta-llama/")
 
 
+# h100_8gpu sets HF_HUB_OFFLINE=1: hub ids must be in a cache; these are shared directories.
+SHARED_8B = "model.path=/shared/models/Llama-3.1-8B-Instruct"
+SHARED_70B = "model.path=/shared/models/Llama-3.1-70B-Instruct"
+
+
 @pytest.mark.parametrize(
     "overrides",
     [
@@ -115,10 +120,30 @@ def test_model_presets_match_their_kv_shape():
         ["topology=1p1d_tp1", "transport=tcp", "flow=pd"],
         ["topology=1p1d", "flow=decode_first"],
         ["topology=agg", "flow=agg"],
-        ["topology=p2_d4", "model=llama3_8b", "cluster=h100_8gpu", "transport=nvlink"],
-        ["topology=2p2d_cross", "model=llama3_70b", "cluster=h100_8gpu", "transport=rdma"],
-        ["topology=1p1d", "model=llama3_8b", "cluster=h100_8gpu", "workload=long_doc"],
-        ["topology=1p1d", "model=llama3_8b", "cluster=h100_8gpu", "workload=agentic"],
+        ["topology=p2_d4", "model=llama3_8b", "cluster=h100_8gpu", "transport=nvlink", SHARED_8B],
+        [
+            "topology=1p1d_tp4",
+            "model=llama3_70b",
+            "cluster=h100_8gpu",
+            "transport=nvlink",
+            SHARED_70B,
+        ],
+        [
+            "topology=1p1d_tp4_cross",
+            "model=llama3_70b",
+            "cluster=h100_8gpu",
+            "transport=rdma",
+            SHARED_70B,
+        ],
+        [
+            "topology=2p2d_cross",
+            "model=llama3_8b",
+            "cluster=h100_8gpu",
+            "transport=rdma",
+            SHARED_8B,
+        ],
+        ["topology=1p1d", "model=llama3_8b", "cluster=h100_8gpu", "workload=long_doc", SHARED_8B],
+        ["topology=1p1d", "model=llama3_8b", "cluster=h100_8gpu", "workload=agentic", SHARED_8B],
     ],
     ids=lambda o: ",".join(o),
 )

@@ -44,13 +44,13 @@ def test_recompute_only_does_not_enable_bidirectional():
     assert kv["kv_connector_extra_config"]["kv_recompute_threshold"] == 64
 
 
-def test_a_failed_kv_pull_is_recomputed_unless_told_otherwise():
+def test_the_kv_load_failure_policy_reaches_the_kv_transfer_config():
+    # Which one is the default per cluster kind: tests/unit/test_gpu_defaults.py.
     cfg = cpu_run()
-    assert kv_transfer_config(make_plan(cfg).deployments[0])["kv_load_failure_policy"] == (
-        "recompute"
-    )
-    cfg.server.kv_load_failure_policy = "fail"
-    assert kv_transfer_config(make_plan(cfg).deployments[0])["kv_load_failure_policy"] == "fail"
+    for policy in ("recompute", "fail"):
+        cfg.server.kv_load_failure_policy = policy
+        kv = kv_transfer_config(make_plan(cfg).deployments[0])
+        assert kv["kv_load_failure_policy"] == policy
 
 
 def test_gpu_rdma_heterogeneous_tp():

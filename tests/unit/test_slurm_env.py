@@ -149,3 +149,81 @@ def test_off_slurm_address_falls_back_to_hostname_then_loopback() -> None:
         assert env.address == "192.168.1.5"
     with _fake_hosts({}):
         assert env.address == "127.0.0.1"
+
+
+# A Debian host: its own name maps to 127.0.1.1 in /etc/hosts.
+IFACES = {"lo": ["127.0.0.1"], "eth0": ["10.1.0.7"], "ib0": ["192.168.50.7"]}
+
+
+def test_routable_resolution_is_kept() -> None:
+    choice = slurm_env.choose_node_address("gpu7", "10.1.0.7", True, IFACES, "eth0")
+    assert choice.address == "10.1.0.7" and choice.how == "gpu7 resolves to it"
+
+
+def test_loopback_on_a_multi_node_job_takes_the_default_routes_interface() -> None:
+    choice = slurm_env.choose_node_address("gpu7", "127.0.1.1", True, IFACES, "eth0")
+    assert choice.address == "10.1.0.7"
+    assert "loopback 127.0.1.1" in choice.how and "eth0" in choice.how
+
+
+def test_loopback_with_one_other_address_takes_it() -> None:
+    ifaces = {"lo": ["127.0.0.1"], "ib0": ["192.168.50.7"]}
+    choice = slurm_env.choose_node_address("gpu7", "127.0.1.1", True, ifaces, None)
+    assert choice.address == "192.168.50.7"
+
+
+def test_loopback_with_no_way_to_choose_fails_with_one_line() -> None:
+    with pytest.raises(slurm_env.NodeAddressError) as err:
+        slurm_env.choose_node_address("gpu7", "127.0.1.1", True, IFACES, None)
+    line = str(err.value)
+    assert "\n" not in line
+    assert "gpu7 resolves to 127.0.1.1, a loopback address" in line
+    assert "10.1.0.7 (eth0), 192.168.50.7 (ib0)" in line
+    assert "Fix: map gpu7 to its network address in /etc/hosts" in line
+    assert "PDBENCH_NODE_INTERFACE" in line
+
+
+def test_an_interface_named_in_the_environment_wins() -> None:
+    choice = slurm_env.choose_node_address(
+        "gpu7", "10.1.0.7", True, IFACES, "eth0", interface="ib0"
+    )
+    assert choice.address == "192.168.50.7"
+    with pytest.raises(slurm_env.NodeAddressError, match="no IPv4 address on ib1"):
+        slurm_env.choose_node_address("gpu7", "10.1.0.7", True, IFACES, "eth0", interface="ib1")
+
+
+def test_loopback_nodes_only_when_allowed_or_alone() -> None:
+    # The local test cluster: node1/node2 are 127.0.10.x aliases of one host, allowed on purpose.
+    allowed = slurm_env.choose_node_address(
+        "node2", "127.0.10.2", True, IFACES, "eth0", allow_loopback=True
+    )
+    assert allowed.address == "127.0.10.2" and "PDBENCH_LOOPBACK_NODES=1" in allowed.how
+    alone = slurm_env.choose_node_address("node2", "127.0.10.2", False, IFACES, None)
+    assert alone.address == "127.0.10.2"
+
+
+def test_task_environment_applies_the_choice() -> None:
+    variables = dict(SLURM_TASK_1)
+    with mock.patch.dict(os.environ, variables, clear=True):
+        env = TaskEnvironment.from_environ()
+    with (
+        _fake_hosts({"node2": "127.0.1.1"}),
+        mock.patch("pdbench.slurm_env.interface_addresses", return_value=IFACES),
+        mock.patch("pdbench.slurm_env.default_route_interface", return_value="eth0"),
+    ):
+        assert env.address == "10.1.0.7"
+    variables[slurm_env.LOOPBACK_NODES_ENV] = "1"
+    with mock.patch.dict(os.environ, variables, clear=True):
+        env = TaskEnvironment.from_environ()
+    with _fake_hosts({"node2": "127.0.10.2"}):
+        assert env.address == "127.0.10.2"
+
+
+def test_default_route_from_proc_net_route() -> None:
+    table = (
+        "Iface\tDestination\tGateway \tFlags\tRefCnt\tUse\tMetric\tMask\n"
+        "eth0\t000200C0\t00000000\t0001\t0\t0\t0\t00FFFFFF\n"
+        "eth0\t00000000\t010200C0\t0003\t0\t0\t0\t00000000\n"
+    )
+    assert slurm_env.parse_default_route(table) == "eth0"
+    assert slurm_env.parse_default_route(table.splitlines()[0]) is None

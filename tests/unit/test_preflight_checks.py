@@ -1,0 +1,167 @@
+"""The preflight's pure checks and its spec: one line per failure (node, check, found, fix)."""
+
+from __future__ import annotations
+
+import pytest
+
+from pdbench.config import Placement
+from pdbench.preflight.checks import (
+    ImportFacts,
+    ModelFacts,
+    UcxFacts,
+    check_gpus,
+    check_imports,
+    check_model,
+    check_nvlink,
+    check_ucx,
+)
+from pdbench.preflight.nvidia_smi import parse_gpu_query, parse_topology
+from pdbench.preflight.spec import NodeExpectation, PreflightSpec, spec_from_config
+from pdbench.ucx_transports import parse_ucp_context_info, parse_ucx_info_devices
+from tests.unit.fixture_text import fixture
+from tests.unit.helpers import cpu_run, gpu_run
+
+pytestmark = pytest.mark.unit
+
+H100 = parse_gpu_query(fixture("nvidia_smi_query_h100_written.csv"))
+NODE = "node0 (gpu-a01)"
+
+
+def one_line(result) -> str:
+    assert not result.ok
+    line = result.line(NODE)
+    assert "\n" not in line and line.startswith(f"preflight {NODE} {result.check}: found ")
+    assert ". Fix: " in line
+    return line
+
+
+def test_spec_of_a_cpu_run_expects_no_gpus():
+    spec = spec_from_config(cpu_run(), "/models/tiny")
+    assert [n.gpus for n in spec.nodes] == [()]
+    assert spec.gpu_memory_gib == 0 and spec.model_path == "/models/tiny"
+    assert PreflightSpec.from_dict(spec.to_dict()) == spec
+
+
+def test_spec_of_nvlink_pairs_follows_the_tp_fan_out():
+    cfg = gpu_run(p_tp=2, d_tp=4)
+    cfg.transport.expected_ucx_transports = ["cuda_ipc"]
+    cfg.transport.ucx_tls = "cuda_ipc,cuda_copy,tcp"
+    spec = spec_from_config(cfg, "/m")
+    (node,) = spec.nodes
+    assert node.gpus == (0, 1, 2, 3, 4, 5)
+    # D ranks 0..3 on GPUs 2..5 read from P ranks 0,0,1,1 on GPUs 0,1.
+    assert node.nvlink_pairs == ((2, 0), (3, 0), (4, 1), (5, 1))
+    assert spec.server_env["UCX_TLS"] == "cuda_ipc,cuda_copy,tcp"
+
+
+def test_spec_of_a_cross_node_rdma_run():
+    cfg = gpu_run(p=2, d=2, placement=Placement.cross_node, nodes=2)
+    cfg.transport.expected_ucx_transports = ["rc"]
+    spec = spec_from_config(cfg, "/m")
+    assert [(n.node, n.gpus, n.nvlink_pairs) for n in spec.nodes] == [
+        (0, (0, 1), ()),
+        (1, (0, 1), ()),
+    ]
+
+
+def test_imports():
+    assert check_imports(ImportFacts({"vllm": "0.32.0", "nixl": "1.5.1"}), "python").ok
+    line = one_line(check_imports(ImportFacts(errors={"vllm": "ModuleNotFoundError: x"}), "py"))
+    assert "import vllm fails" in line and "make install-gpu" in line
+    assert "could not run" in one_line(check_imports(ImportFacts(error="No such file"), "/x/py"))
+
+
+def test_gpus_against_the_plan():
+    expect = NodeExpectation(0, (0, 1, 2, 3))
+    assert check_gpus(expect, H100, None, 79.6).ok
+    assert check_gpus(NodeExpectation(0, ()), None, None, 0).skipped
+    assert "no nvidia-smi" in one_line(check_gpus(expect, None, None, 0))
+    assert "1 GPU(s)" in one_line(check_gpus(expect, H100[:1], None, 0))
+    small = one_line(check_gpus(expect, H100, None, 141.0))
+    assert "has 79.6 GiB, less than cluster.gpu_memory_gib=141.0" in small
+    other_jobs = one_line(check_gpus(expect, H100, "4,5,6,7", 0))
+    assert "SLURM gave this job GPUs 4,5,6,7" in other_jobs and "exclusive" in other_jobs
+    assert check_gpus(expect, H100[:4], "0,1,2,3", 0).ok  # cgroup-constrained: fine
+
+
+def test_nvlink_pairs_against_the_topology():
+    h100 = parse_topology(fixture("nvidia_smi_topo_h100_8gpu_written.txt"))
+    pcie = parse_topology(fixture("nvidia_smi_topo_pcie_4gpu_written.txt"))
+    expect = NodeExpectation(0, (0, 1, 2, 3), ((1, 0), (3, 2)))
+    result = check_nvlink(expect, h100)
+    assert result.ok and "2 P/D GPU pair(s) over NV18" in result.found
+    line = one_line(check_nvlink(expect, pcie))
+    assert "GPU1 (decode) and GPU0 (prefill) are linked by PIX, not NVLink" in line
+    assert "(and 1 more pair(s))" in line and "transport=tcp or rdma" in line
+    assert check_nvlink(NodeExpectation(0, (0, 1)), None).skipped
+
+
+def test_ucx_expected_transport_on_a_gpu_node():
+    resources = parse_ucx_info_devices(fixture("ucx_info_d_h100_ib_written.txt"))
+    facts = UcxFacts(resources, "system ucx_info 1.17.0")
+    ok = check_ucx(("rc",), "rc,cuda_copy,cuda_ipc", facts)
+    assert ok.ok and "rc_mlx5/mlx5_0:1" in ok.found
+
+
+def test_ucx_expected_transport_missing_is_one_line():
+    # This VM's bundled UCX: no HCA, no CUDA.
+    cpu = UcxFacts(
+        parse_ucp_context_info(fixture("ucp_context_nixl_1.23.0_cpu.txt")), "NIXL's UCX 1.23.0"
+    )
+    assert check_ucx(("sm", "tcp"), "", cpu).ok
+    line = one_line(check_ucx(("rc",), "rc,cuda_copy,cuda_ipc", cpu))
+    assert "NIXL's UCX 1.23.0 with UCX_TLS=rc,cuda_copy,cuda_ipc lists" in line
+    assert "none of the expected rc_mlx5, rc_verbs" in line
+    opened = one_line(
+        check_ucx(
+            ("cuda_ipc",),
+            "cuda_ipc,cuda_copy",
+            UcxFacts(source="NIXL's UCX", error="no usable transports"),
+        )
+    )
+    assert "opens no context" in opened
+
+
+def test_ucx_without_a_connectable_transport():
+    shm_only = UcxFacts(
+        parse_ucp_context_info("#  resource 0 : md 0 dev 0 flags -- posix/memory"), "u"
+    )
+    assert "NIXL cannot connect" in one_line(check_ucx((), "sm", shm_only))
+
+
+def test_model_facts():
+    ok = check_model("/m", ModelFacts("dir", "/m", detail="4 weight file(s), 15.0 GiB"))
+    assert ok.ok
+    line = one_line(check_model("/m", ModelFacts("dir", "/m", "no such directory on this node")))
+    assert "/m: no such directory on this node" in line and "model.path=" in line
+    hub = ModelFacts("hub", "/h", "not in the hub cache /h (~/.cache)", offline=False)
+    assert check_model("org/x", hub).skipped
+    hub.offline = True
+    assert "HF_HOME" in one_line(check_model("org/x", hub))
+
+
+def test_node_findings_go_into_the_provenance():
+    from pdbench.provenance import with_nodes
+
+    reports = [
+        {"rank": 0, "node_name": "gpu-a01", "hostname": "gpu-a01.cluster", "ok": True,
+         "findings": {"driver": "550.54.15", "cuda": "12.4", "packages": {"vllm": "0.32.0"}}},
+        {"rank": 1, "node_name": "gpu-a02", "hostname": "gpu-a02.cluster", "ok": False,
+         "findings": {"driver": "535.86.10"}},
+    ]  # fmt: skip
+    prov = with_nodes({"git_sha": "abc"}, reports)
+    assert prov["git_sha"] == "abc"
+    assert prov["nodes"]["gpu-a01.cluster"]["driver"] == "550.54.15"
+    assert prov["nodes"]["gpu-a02.cluster"]["preflight_ok"] is False
+
+
+def test_address_failures_carry_their_fix():
+    from pdbench.preflight.checks import check_address
+
+    assert check_address("10.1.0.7", "gpu7 resolves to it", "").ok
+    line = one_line(
+        check_address("", "", "node gpu7 resolves to 127.0.1.1, a loopback address. Fix: map gpu7")
+    )
+    assert line.endswith("found node gpu7 resolves to 127.0.1.1, a loopback address. Fix: map gpu7")
+    unresolved = one_line(check_address("", "", "cannot resolve SLURM node 'gpu7'"))
+    assert "Fix: map this node's name in /etc/hosts or DNS" in unresolved

@@ -1,0 +1,207 @@
+"""GPU and transport validation rules (pdbench/validate_gpu.py): field, value, message, fix."""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from pdbench.config import ExecutorKind, Placement
+from pdbench.containers import srun_args
+from pdbench.validate import validate
+from pdbench.validate_gpu import check_model_reachable
+from tests.unit.helpers import gpu_run
+from tests.unit.test_validate import only, problems_for
+
+pytestmark = pytest.mark.unit
+
+
+def test_ucx_tls_without_an_active_message_transport_is_rejected():
+    cfg = gpu_run()
+    cfg.transport.kv_buffer_device = "cuda"
+    cfg.transport.ucx_tls = "cuda_ipc,cuda_copy"
+    problem = only(cfg, "transport.ucx_tls", "cuda_ipc,cuda_copy", "active messages", "NIXL #1413")
+    assert "cuda_ipc,cuda_copy,tcp" in problem.fix
+    cfg.transport.ucx_tls = "cuda_ipc,cuda_copy,tcp"
+    assert problems_for(cfg, "transport.ucx_tls") == []
+
+
+def test_expected_transport_must_be_allowed_by_ucx_tls():
+    cfg = gpu_run()
+    cfg.transport.ucx_tls = "tcp"
+    cfg.transport.expected_ucx_transports = ["cuda_ipc"]
+    only(
+        cfg, "transport.expected_ucx_transports", ["cuda_ipc"], "excluded by transport.ucx_tls=tcp"
+    )
+    cfg.transport.ucx_tls = ""
+    assert validate(cfg) == []
+
+
+def nvlink(cfg):
+    cfg.transport.name = "nvlink"
+    cfg.transport.kv_buffer_device = "cuda"
+    cfg.transport.ucx_tls = "cuda_ipc,cuda_copy,tcp"
+    cfg.transport.expected_ucx_transports = ["cuda_ipc"]
+    return cfg
+
+
+def test_nvlink_across_nodes_is_rejected():
+    cfg = nvlink(gpu_run(p=2, d=2, placement=Placement.cross_node, nodes=2))
+    problem = only(cfg, "transport", "nvlink", "only inside a node", "node(s) [0]", "[1]")
+    assert "transport=rdma" in problem.fix
+    assert validate(nvlink(gpu_run(p_tp=2, d_tp=4))) == []  # same node: fine
+
+
+def test_nvlink_rejected_when_same_node_instances_spill_over():
+    # 2 x TP4 prefill + 2 x TP4 decode = 16 GPUs: decode spills onto node 1.
+    cfg = nvlink(gpu_run(p_tp=4, d_tp=4, p=2, d=2, nodes=2))
+    only(cfg, "transport", "nvlink", "decode on node(s) [1]")
+
+
+def test_cross_node_transports_may_cross():
+    cfg = gpu_run(p=2, d=2, placement=Placement.cross_node, nodes=2)
+    cfg.transport.expected_ucx_transports = ["rc"]
+    assert problems_for(cfg, "transport") == []
+
+
+def llama70b(cfg, tp):
+    cfg.model = replace(
+        cfg.model,
+        name="llama3_70b",
+        num_layers=80,
+        hidden_size=8192,
+        num_attention_heads=64,
+        intermediate_size=28672,
+    )
+    cfg.topology.prefill.tp = cfg.topology.decode.tp = tp
+    cfg.cluster.gpu_memory_gib = 79.6
+    return cfg
+
+
+def test_70b_does_not_fit_at_tp1_or_tp2_on_80gb_gpus():
+    problems = problems_for(llama70b(gpu_run(), 1), "topology.prefill.tp")
+    assert len(problems) == 1
+    line = str(problems[0])
+    for words in ("131.4 GiB of weights", "40.0 GiB of KV", "131072-token", "67.7 GiB"):
+        assert words in line, line
+    assert "tp >= 4" in problems[0].fix
+    # One line per TP size: prefill and decode share it here.
+    two = only(llama70b(gpu_run(), 2), "topology.prefill.tp", 2, "65.7 GiB of weights")
+    assert "tp >= 4" in two.fix and "max_model_len" not in two.fix  # weights alone too big
+
+
+def test_70b_fits_at_tp4_and_a_long_context_is_the_fix_when_weights_fit():
+    assert validate(llama70b(gpu_run(p_tp=4, d_tp=4), 4)) == []
+    cfg = llama70b(gpu_run(p_tp=4, d_tp=4), 4)
+    cfg.server.gpu_memory_utilization = 0.5  # 39.8 GiB: weights fit, 128K-token KV not
+    problem = only(cfg, "topology.prefill.tp", 4, "10.0 GiB of KV")
+    assert "model.max_model_len <= " in problem.fix and "tp >= 8" in problem.fix
+
+
+def test_weights_fit_is_skipped_when_gpu_memory_is_unknown():
+    cfg = llama70b(gpu_run(), 1)
+    cfg.cluster.gpu_memory_gib = 0
+    assert problems_for(cfg, "topology.prefill.tp") == []
+
+
+def hub_run(**env):
+    cfg = gpu_run()
+    cfg.model.path = "meta-llama/Llama-3.1-8B-Instruct"
+    cfg.cluster.env = dict(env)
+    return cfg
+
+
+def test_hub_id_offline_without_a_cache_that_holds_it_is_rejected(tmp_path):
+    environ = {"HOME": str(tmp_path)}
+    cfg = hub_run(HF_HUB_OFFLINE="1")
+    problems = check_model_reachable(cfg, environ)
+    assert len(problems) == 1
+    line = str(problems[0])
+    assert line.startswith("model.path=meta-llama/Llama-3.1-8B-Instruct: is a hub id")
+    assert "models--meta-llama--Llama-3.1-8B-Instruct" in line and "no HF_HOME set" in line
+    assert "cluster.env.HF_HOME" in problems[0].fix
+    # Online: vLLM downloads it; nothing to check from here.
+    assert check_model_reachable(hub_run(), environ) == []
+
+
+def test_hub_id_offline_found_in_a_shared_hf_home(tmp_path):
+    home = tmp_path / "hf"
+    cfg = hub_run(HF_HUB_OFFLINE="1", HF_HOME=str(home))
+    assert len(check_model_reachable(cfg, {})) == 0  # HF_HOME not visible here: preflight's job
+    (home / "hub").mkdir(parents=True)
+    assert len(check_model_reachable(cfg, {})) == 1  # visible and empty: rejected
+    snapshot = home / "hub" / "models--meta-llama--Llama-3.1-8B-Instruct" / "snapshots" / "abc"
+    snapshot.mkdir(parents=True)
+    assert check_model_reachable(cfg, {}) == []
+
+
+def container_run(**fields):
+    cfg = gpu_run()
+    cfg.cluster.container_image = "nvcr.io#nvidia/pytorch:25.01-py3"
+    cfg.cluster.container_mounts = ["/lustre/me:/lustre/me", "/models:/models:ro+rprivate"]
+    cfg.cluster.python = "python"
+    for key, value in fields.items():
+        setattr(cfg.cluster, key, value)
+    return cfg
+
+
+def test_a_well_formed_container_config_passes_and_becomes_srun_options():
+    cfg = container_run(container_workdir="/lustre/me", srun_args=["--mpi=none"])
+    assert validate(cfg) == []
+    assert srun_args(cfg.cluster) == [
+        "--container-image=nvcr.io#nvidia/pytorch:25.01-py3",
+        "--container-mounts=/lustre/me:/lustre/me,/models:/models:ro+rprivate",
+        "--container-workdir=/lustre/me",
+        "--mpi=none",
+    ]
+    assert srun_args(gpu_run().cluster) == []
+
+
+def test_container_mounts_must_be_src_dst_flags():
+    cfg = container_run(container_mounts=["/a:/b,/c:/d"])
+    only(cfg, "cluster.container_mounts", "/a:/b,/c:/d", "SRC:DST[:FLAGS]", "list items")
+    only(
+        container_run(container_mounts=["models:/models"]),
+        "cluster.container_mounts",
+        "models:/models",
+    )
+
+
+def test_containers_need_slurm_and_an_interpreter_the_image_has():
+    cfg = container_run()
+    cfg.cluster.executor = ExecutorKind.local
+    only(cfg, "cluster.container_image", cfg.cluster.container_image, "srun option", "local")
+    problem = only(container_run(python=""), "cluster.python", "''", "does not have")
+    assert "cluster.python=python" in problem.fix
+    venv = str(Path(sys.executable).parent.parent)
+    mounted = container_run(python="", container_mounts=[f"{venv}:{venv}"])
+    assert problems_for(mounted, "cluster.python") == []
+
+
+def test_mounts_without_an_image_and_reserved_srun_options():
+    cfg = gpu_run()
+    cfg.cluster.container_mounts = ["/a:/a"]
+    only(cfg, "cluster.container_mounts", ["/a:/a"], "no effect without cluster.container_image")
+    cfg = gpu_run()
+    cfg.cluster.srun_args = ["--cpus-per-task=4", "--container-image=x", "mpi=none"]
+    found = [str(p) for p in problems_for(cfg, "cluster.srun_args")]
+    assert len(found) == 3, found
+    assert "Fix: use cluster.cpus_per_task" in found[0]
+    assert "Fix: use cluster.container_image" in found[1]
+    assert "is not an option" in found[2]
+
+
+def test_a_slurm_model_dir_missing_from_the_shared_filesystem_is_rejected(tmp_path):
+    shared = tmp_path / "lustre"
+    (shared / "models").mkdir(parents=True)
+    cfg = gpu_run()  # SLURM
+    cfg.dir = str(shared / "runs" / "r1")
+    cfg.model.path = str(shared / "models" / "Llama-3.1-8B-Instruct")
+    line = str(only(cfg, "model.path", cfg.model.path, "does not exist", "every node shares"))
+    assert f"ls {shared / 'models'}" in line
+    (shared / "models" / "Llama-3.1-8B-Instruct").mkdir()
+    assert problems_for(cfg, "model.path") == []
+    cfg.model.path = "/nonexistent-mount/models/x"  # not visible here: the preflight's job
+    assert problems_for(cfg, "model.path") == []
