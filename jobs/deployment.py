@@ -15,18 +15,17 @@ import json
 import os
 import signal
 import socket
-import sys
 import time
 import traceback
 from contextlib import ExitStack
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from connector.nixl_peer import poll_until
 from pdbench import attribution
-from pdbench.config import Flow
-from pdbench.plan import Deployment, Instance, Point, to_jsonable
+from pdbench.config import Flow, TrackingConfig, WorkloadConfig
+from pdbench.plan import Deployment, Instance, Point
 from pdbench.results import PointResult, RequestRecord, RunStore, write_json_atomic
 from pdbench.serve_command import serve_command, serve_env, served_model_name
 from pdbench.server import ServerProcess, ServerStartError, log_tail
@@ -35,21 +34,15 @@ from pdbench.workload import run_client
 
 @dataclass
 class JobSettings:
-    """What the job needs beyond the Deployment and its Points."""
+    """What the job needs beyond the Deployment and its Points (whose typed configs hold
+    every other setting)."""
 
     model_path: str
-    vocab_size: int
-    python: str = sys.executable
-    local: bool = True  # all tasks on this machine: bind servers to loopback
-    startup_timeout_s: float = 300.0
+    python: str
+    local: bool  # all tasks on this machine: bind servers to loopback
+    tracking: TrackingConfig
+    run_config: dict[str, Any]  # the composed config as JSON, for the tracker
     rendezvous_timeout_s: float = 600.0
-    router_port: int = 8000
-    cache_hit_threshold: float = 0.8
-    decode_first_fallback: str = "pull"
-    decoder_kv_blocks_ttl_s: float = 60.0
-    request_timeout_s: float = 120.0
-    tracking: dict[str, Any] = field(default_factory=dict)
-    run_config: dict[str, Any] = field(default_factory=dict)
 
 
 RUN_DIR_ENV = "PDBENCH_RUN_DIR"
@@ -136,8 +129,8 @@ class DeploymentJob:
                 status="failed",
                 error=error,
                 flow=point.flow.value,
-                deployment=_deployment_record(self.deployment),
-                workload=point.workload,
+                deployment=self.deployment.record(),
+                workload=point.workload_record(),
                 started_at=time.time(),
                 finished_at=time.time(),
             )
@@ -169,7 +162,7 @@ class DeploymentJob:
             stack.enter_context(proc)
             procs.append((inst, proc))
         for inst, proc in procs:
-            took = proc.wait_until_ready(self.settings.startup_timeout_s)
+            took = proc.wait_until_ready(self.deployment.server.startup_timeout_s)
             print(
                 f"[pdbench] {inst.name} healthy on {host}:{inst.http_port} in {took:.0f} s",
                 flush=True,
@@ -198,12 +191,12 @@ class DeploymentJob:
 
     # ---- points (task 0) ----
     def _run_points(self, stack, store: RunStore, nodes, logs, kv_params_dir) -> dict[str, Any]:
-        from pdbench.tracking import make_tracker_from_dict
+        from pdbench.tracking import make_tracker
 
         dep = self.deployment
         urls = nodes["urls"]
         router_url = self._start_router(stack, urls, logs, kv_params_dir)
-        tracker = make_tracker_from_dict(self.settings.tracking, store.root)
+        tracker = make_tracker(self.settings.tracking, store.root, store.root.name)
         if any(store.point_status(p.point_id) != "ok" for p in self.points):
             self._warm_up(router_url, store)
         done, failed, skipped = 0, 0, 0
@@ -231,17 +224,18 @@ class DeploymentJob:
         dep = self.deployment
         s = self.settings
         host = self._host
+        port = dep.server.router_port
         config = {
             "prefill_urls": [urls[i.name] for i in dep.by_role("prefill")],
             "decode_urls": [urls[i.name] for i in dep.by_role("decode")],
             "agg_urls": [urls[i.name] for i in dep.by_role("mixed")],
             "kv_params_dir": str(kv_params_dir),
             "host": host,
-            "port": s.router_port,
-            "cache_hit_threshold": s.cache_hit_threshold,
-            "decode_first_fallback": s.decode_first_fallback,
-            "decoder_kv_blocks_ttl_s": s.decoder_kv_blocks_ttl_s,
-            "request_timeout_s": s.request_timeout_s,
+            "port": port,
+            "cache_hit_threshold": dep.flow.cache_hit_threshold,
+            "decode_first_fallback": dep.flow.decode_first_fallback.value,
+            "decoder_kv_blocks_ttl_s": dep.flow.decoder_kv_blocks_ttl_s,
+            "request_timeout_s": max(p.workload.request_timeout_s for p in self.points),
         }
         kv_params_dir.mkdir(parents=True, exist_ok=True)
         cfg_path = logs / "router.json"
@@ -251,13 +245,13 @@ class DeploymentJob:
             cmd=[s.python, "-m", "pdbench.router", "--config", str(cfg_path)],
             env={"PYTHONUNBUFFERED": "1", RUN_DIR_ENV: self.run_dir},
             log_path=logs / "router.log",
-            health_url=f"http://{host}:{s.router_port}/health",
+            health_url=f"http://{host}:{port}/health",
             grace_s=5.0,
         )
         stack.enter_context(router)
         router.wait_until_ready(60)
         self._procs.append((None, router))
-        return f"http://{host}:{s.router_port}"
+        return f"http://{host}:{port}"
 
     def _warm_up(self, router_url: str, store: RunStore) -> None:
         """One short conversation before measuring, so that the first NIXL handshake between
@@ -276,7 +270,8 @@ class DeploymentJob:
             else ("recompute" if Flow.recompute in flows else "agg")
         )
         n = max(len(dep.by_role("prefill")) * len(dep.by_role("decode")), 1) * 2
-        specs = build_conversations(n, 2, 32, 0, self.settings.vocab_size, seed=12345)
+        warm = WorkloadConfig(conversations=n, turns=2, user_tokens=32, output_tokens=0, seed=12345)
+        specs = build_conversations(warm, 0, dep.model.vocab_size)
         opts = RequestOptions(router_url, served_model_name(dep), 4, flow, f"warmup-{time.time()}")
 
         async def go():
@@ -305,8 +300,8 @@ class DeploymentJob:
             status="failed",
             error="",
             flow=point.flow.value,
-            deployment=_deployment_record(dep),
-            workload=point.workload,
+            deployment=dep.record(),
+            workload=point.workload_record(),
             hosts=hosts,
             started_at=started,
         )
@@ -348,13 +343,13 @@ class DeploymentJob:
         """Record which UCX transports moved KV and flag a slow path or a slow link."""
         from pdbench.ucx_proto import slow_transport_flag, transports_in_log
 
-        transport = self.deployment.config["transport"]
+        transport = self.deployment.transport
         for inst in self.deployment.instances:
             if inst.role == "mixed":
                 continue
             used = transports_in_log(self._logs / f"{inst.name}.log")
             result.transport_used[inst.name] = used
-            flag = slow_transport_flag(transport["kv_buffer_device"], used["read"])
+            flag = slow_transport_flag(transport.kv_buffer_device, used["read"])
             if flag and flag not in result.flags:
                 result.flags.append(f"{inst.name}: {flag}")
         stalled = self._expired_prefill_leases(result.point_id)
@@ -366,7 +361,7 @@ class DeploymentJob:
             )
         t = result.transfer
         if t.failed:
-            policy = self.deployment.config["server"]["kv_load_failure_policy"]
+            policy = self.deployment.server.kv_load_failure_policy
             then = {"recompute": "recomputed their blocks", "fail": "failed their requests"}
             result.flags.append(
                 f"{t.failed:g} KV transfer(s) failed (vllm:nixl_num_failed_transfers); vLLM "
@@ -378,11 +373,11 @@ class DeploymentJob:
                 "(vllm:nixl_num_notifications_after_expiry): those requests may have used KV "
                 "that was no longer theirs; check their outputs against agg"
             )
-        expected = float(transport.get("expected_gb_s") or 0.0)
+        expected = float(transport.expected_gb_s)
         if expected > 0 and t.seconds > 0 and t.bytes / t.seconds / 1e9 < 0.1 * expected:
             result.flags.append(
                 f"KV moved at {t.bytes / t.seconds / 1e9:.2f} GB/s, under 10% of the "
-                f"{expected:g} GB/s transport.expected_gb_s for {transport['name']}"
+                f"{expected:g} GB/s transport.expected_gb_s for {transport.name}"
             )
 
     def _expired_prefill_leases(self, point_id: str) -> int:
@@ -417,28 +412,16 @@ class DeploymentJob:
             Flow.pull: prefill_names,
             Flow.decode_first: prefill_names + [i.name for i in dep.by_role("decode")],
         }[point.flow]
-        specs = build_conversations(
-            wl["conversations"],
-            wl["turns"],
-            wl["user_tokens"],
-            point.history_tokens,
-            self.settings.vocab_size,
-            wl["seed"],
-            kind=wl["kind"],
-            jitter=wl.get("user_tokens_jitter", 0.0),
-            output_tokens=wl["output_tokens"],
-            output_jitter=wl.get("output_tokens_jitter", 0.0),
-            distribution=wl.get("length_distribution", "uniform"),
-        )
+        specs = build_conversations(wl, point.history_tokens, dep.model.vocab_size)
         opts = RequestOptions(
             url=router_url,
             model=served_model_name(dep),
-            output_tokens=wl["output_tokens"],
+            output_tokens=wl.output_tokens,
             flow=point.flow.value,
             salt=point.point_id,
-            timeout_s=wl["request_timeout_s"],
+            timeout_s=wl.request_timeout_s,
         )
-        gen = LoadGenerator(opts, wl["concurrency"], wl["request_rate"], wl["seed"])
+        gen = LoadGenerator(opts, wl.concurrency, wl.request_rate, wl.seed)
         per_turn: list = []
         totals: dict[str, dict[str, float]] = {}
         async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30)) as session:
@@ -471,20 +454,6 @@ class DeploymentJob:
             async with session.get(f"{router_url}/pdbench/stats") as r:
                 router_stats = await r.json()
         return records, per_turn, totals, duration, router_stats
-
-
-def _deployment_record(dep: Deployment) -> dict[str, Any]:
-    cfg = dep.config
-    return {
-        "deployment_id": dep.deployment_id,
-        "model": cfg["model"],
-        "topology": cfg["topology"],
-        "transport": cfg["transport"],
-        "server": cfg["server"],
-        "kv_recompute_threshold": dep.kv_recompute_threshold,
-        "bidirectional": dep.bidirectional,
-        "instances": [to_jsonable(i) for i in dep.instances],
-    }
 
 
 def _raise_interrupted(signum, frame):

@@ -23,16 +23,9 @@ def job_settings(cfg: RunConfig, model_path: str):
 
     return JobSettings(
         model_path=model_path,
-        vocab_size=cfg.model.vocab_size,
         python=cfg.cluster.python or sys.executable,
         local=cfg.cluster.executor is not ExecutorKind.slurm,
-        startup_timeout_s=cfg.server.startup_timeout_s,
-        router_port=cfg.server.router_port,
-        cache_hit_threshold=cfg.flow.cache_hit_threshold,
-        decode_first_fallback=cfg.flow.decode_first_fallback.value,
-        decoder_kv_blocks_ttl_s=cfg.flow.decoder_kv_blocks_ttl_s,
-        request_timeout_s=cfg.workload.request_timeout_s,
-        tracking=to_jsonable(cfg.tracking),
+        tracking=cfg.tracking,
         run_config=to_jsonable(cfg),
     )
 

@@ -41,18 +41,22 @@ FLOWS = ("agg", "recompute", "pull", "decode_first")
 
 @dataclass
 class RouterConfig:
+    """The router's ``--config`` file. The settings come from the run's typed config
+    (``flow``, ``server.router_port``, ``workload.request_timeout_s``), written by the one
+    builder of launch artifacts: no defaults here that could drift from those."""
+
     prefill_urls: list[str]
     decode_urls: list[str]
     agg_urls: list[str]
     kv_params_dir: str
-    host: str = "127.0.0.1"
-    port: int = 8000
-    flow: str = "agg"
-    cache_hit_threshold: float = 0.8
-    decode_first_fallback: str = "pull"
-    decoder_kv_blocks_ttl_s: float = 60.0
-    request_timeout_s: float = 300.0
-    params_wait_s: float = 2.0
+    host: str
+    port: int
+    cache_hit_threshold: float
+    decode_first_fallback: str
+    decoder_kv_blocks_ttl_s: float
+    request_timeout_s: float
+    flow: str = "agg"  # the flow served until the job sets one (POST /pdbench/flow)
+    params_wait_s: float = 2.0  # how long to wait for D's exported KV params after a turn
 
 
 @dataclass

@@ -1,5 +1,6 @@
 import pytest
 
+from pdbench.config import FlowConfig, ServerConfig, WorkloadConfig
 from pdbench.router import (
     P_FIRST_PARAMS,
     ConversationState,
@@ -14,9 +15,22 @@ pytestmark = pytest.mark.unit
 
 
 def router(**kw) -> Router:
+    flow, workload = FlowConfig(), WorkloadConfig()  # the settings' one set of defaults
+    settings = dict(
+        host="127.0.0.1",
+        port=ServerConfig().router_port,
+        cache_hit_threshold=flow.cache_hit_threshold,
+        decode_first_fallback=flow.decode_first_fallback.value,
+        decoder_kv_blocks_ttl_s=flow.decoder_kv_blocks_ttl_s,
+        request_timeout_s=workload.request_timeout_s,
+    )
     return Router(
         RouterConfig(
-            prefill_urls=["p0", "p1"], decode_urls=["d0"], agg_urls=[], kv_params_dir="/tmp", **kw
+            prefill_urls=["p0", "p1"],
+            decode_urls=["d0"],
+            agg_urls=[],
+            kv_params_dir="/tmp",
+            **{**settings, **kw},
         )
     )
 
