@@ -6,7 +6,8 @@ Layout of a run directory::
     <run.dir>/points/<point_id>.json        one PointResult, written atomically
     <run.dir>/requests/<point_id>.jsonl     one RequestRecord per line
     <run.dir>/logs/<deployment_id>/...      server, router and job logs
-    <run.dir>/traces/<point_id>/*.jsonl     per-transfer traces (connector.trace=true)
+    <run.dir>/launch/<deployment_id>.json   the launch spec the job ran (pdbench.launch_spec)
+    <run.dir>/traces/<deployment_id>/*.jsonl  per-transfer traces (connector.trace=true)
 
 Every write goes to a temporary file in the same directory and is renamed into place, so
 a crash leaves the old file or the new one, never a torn one. Analysis reads only these.
@@ -112,6 +113,8 @@ class PointResult:
     flags: list[str] = field(default_factory=list)  # warnings a reader must not miss
     router: dict[str, Any] = field(default_factory=dict)  # routes, retries, expired leases
     hosts: dict[str, str] = field(default_factory=dict)  # instance -> host:port
+    # The Deployment's launch spec as the job ran it (commands, env, addresses), run-relative
+    launch_spec_file: str = ""
     started_at: float = 0.0
     finished_at: float = 0.0
     schema_version: int = SCHEMA_VERSION
@@ -169,6 +172,10 @@ class RunStore:
 
     def logs_dir(self, deployment_id: str) -> Path:
         return self.root / "logs" / deployment_id
+
+    def launch_spec_path(self, deployment_id: str) -> Path:
+        """The launch spec a Deployment's job ran, addresses resolved (``launch_spec``)."""
+        return self.root / "launch" / f"{deployment_id}.json"
 
     def traces_dir(self, point_id: str) -> Path:
         return self.root / "traces" / point_id

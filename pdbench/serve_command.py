@@ -14,6 +14,7 @@ from pdbench.plan import Deployment, Instance
 PLUGIN_MODULE = "connector.vllm_plugin"
 KV_PARAMS_DIR_ENV = "PDBENCH_KV_PARAMS_DIR"
 TRACE_DIR_ENV = "PDBENCH_TRACE_DIR"
+RUN_DIR_ENV = "PDBENCH_RUN_DIR"  # marks every process pdbench starts for a run
 
 
 def kv_transfer_config(deployment: Deployment) -> dict[str, Any]:

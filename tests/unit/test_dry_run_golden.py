@@ -1,5 +1,6 @@
 """What `launch.dry_run=true` prints for GPU-cluster deployments, pinned by golden files:
-every server command line and environment per node, the points and the sbatch script.
+the launch spec (pdbench/launch_spec.py) of every Deployment (each server's and the router's
+command line, environment and log per node), the points and the sbatch script as submitted.
 
 After an intended change, regenerate and review the diff:
     PDBENCH_UPDATE_GOLDEN=1 pytest tests/unit/test_dry_run_golden.py
@@ -28,6 +29,12 @@ CASES = {
     "dry_llama3_8b_p2_d4_nvlink": ["topology=p2_d4", "transport=nvlink"],
     "dry_llama3_8b_2p2d_cross_rdma": ["topology=2p2d_cross", "transport=rdma"],
     "dry_llama3_8b_2p2d_cross_nvlink": ["topology=2p2d_cross", "transport=nvlink"],
+    # Two Deployments: SLURM gets them as one job array, and the dry run shows that array.
+    "dry_llama3_8b_1p1d_rdma_thresholds": [
+        "topology=1p1d",
+        "transport=rdma",
+        "flow.kv_recompute_thresholds=[0,1024]",
+    ],
 }
 BASE = [
     "+experiment=smoke",

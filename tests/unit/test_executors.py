@@ -8,17 +8,16 @@ from unittest import mock
 import pytest
 import submitit
 
-from pdbench import executors
+from pdbench import executors, sbatch
 from pdbench.config import ClusterConfig, ExecutorKind
 from pdbench.executors import (
     PURGED,
     SlurmExecutor,
     SlurmJob,
     SlurmStateWatcher,
-    env_exports,
-    executor_parameters,
     make_executor,
 )
+from pdbench.sbatch import env_exports, executor_parameters
 
 pytestmark = pytest.mark.unit
 
@@ -35,7 +34,7 @@ def test_minimal_slurm_parameters() -> None:
         "time": 30,
         "nodes": 2,
         "ntasks_per_node": 1,
-        "signal_delay_s": executors.SIGNAL_DELAY_S,
+        "signal_delay_s": sbatch.SIGNAL_DELAY_S,
         "array_parallelism": 4,
         "partition": "p",
     }
