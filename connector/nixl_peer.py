@@ -70,7 +70,7 @@ def poll_until(
 
 def allocate(memory: MemoryKind, nbytes: int, device: int):
     """A zeroed uint8 torch tensor of ``nbytes`` in host memory or on CUDA ``device``."""
-    import torch
+    import torch  # lazy: torch only on the allocation's tasks
 
     if memory is MemoryKind.VRAM:
         if not torch.cuda.is_available():
@@ -96,7 +96,7 @@ class NixlPeer:
         device: int = 0,
         progress_thread: bool = False,
     ) -> None:
-        from nixl._api import nixl_agent, nixl_agent_config
+        from nixl._api import nixl_agent, nixl_agent_config  # lazy: nixl on tasks only
 
         self.name = name
         self.memory = memory
@@ -159,7 +159,7 @@ class NixlPeer:
 
         ``merge=False`` keeps NIXL from merging descriptors adjacent on both sides.
         """
-        import numpy as np
+        import numpy as np  # lazy: numpy only when a transfer is prepared
 
         assert self.peer is not None, "connect() first"
         loc = np.asarray(local, dtype=np.uint64).reshape(-1, 3)

@@ -18,20 +18,30 @@ import socket
 import time
 import traceback
 from contextlib import ExitStack
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+import submitit
+
 from connector.nixl_peer import poll_until
-from pdbench import attribution
+from pdbench import attribution, metrics
 from pdbench.config import Flow, TrackingConfig, WorkloadConfig
 from pdbench.launch_spec import LOOPBACK, DeploymentSpec, InstanceSpec, RouterSpec, resolve
 from pdbench.plan import Deployment, Point
-from pdbench.results import PointResult, RequestRecord, RunStore, write_json_atomic
+from pdbench.results import (
+    PointResult,
+    RequestRecord,
+    RunStore,
+    write_json_atomic,
+    write_lines_atomic,
+)
 from pdbench.serve_command import served_model_name
 from pdbench.server import ServerProcess, ServerStartError, log_tail
 from pdbench.slurm_env import TaskEnvironment
-from pdbench.workload import run_client
+from pdbench.tracking import make_tracker
+from pdbench.ucx_proto import slow_transport_flag, transports_in_log
+from pdbench.workload import LoadGenerator, RequestOptions, build_conversations, run_client
 
 RENDEZVOUS_TIMEOUT_S = 600.0  # how long task 0 waits for every node's servers
 
@@ -130,7 +140,6 @@ class DeploymentJob:
 
     def checkpoint(self, *args, **kwargs):
         """Requeue on preemption / time limit; the new job skips Points recorded ``ok``."""
-        import submitit
 
         return submitit.helpers.DelayedSubmission(self)
 
@@ -175,7 +184,6 @@ class DeploymentJob:
 
     # ---- points (task 0) ----
     def _run_points(self, stack, store: RunStore, ran: DeploymentSpec, hosts) -> dict[str, Any]:
-        from pdbench.tracking import make_tracker
 
         self._ran = ran
         urls = {inst.name: inst.url for inst in ran.instances}
@@ -229,10 +237,6 @@ class DeploymentJob:
         """One short conversation before measuring, so that the first NIXL handshake between
         each P and D (both directions) is not charged to the first Point. Its records are
         kept in ``warmup/<deployment>.jsonl`` to show what the handshake costs."""
-        from dataclasses import asdict
-
-        from pdbench.results import write_lines_atomic
-        from pdbench.workload import LoadGenerator, RequestOptions, build_conversations
 
         dep = self.deployment
         flows = [p.flow for p in self.points]
@@ -247,7 +251,7 @@ class DeploymentJob:
         opts = RequestOptions(router_url, served_model_name(dep), 4, flow, f"warmup-{time.time()}")
 
         async def go():
-            import aiohttp
+            import aiohttp  # lazy: ~0.4 s, on the allocation only (the driver imports jobs/)
 
             async with aiohttp.ClientSession() as session:
                 await session.post(
@@ -314,7 +318,6 @@ class DeploymentJob:
 
     def _check_transport(self, result: PointResult) -> None:
         """Record which UCX transports moved KV and flag a slow path or a slow link."""
-        from pdbench.ucx_proto import slow_transport_flag, transports_in_log
 
         transport = self.deployment.transport
         for inst in self._ran.instances:
@@ -372,10 +375,7 @@ class DeploymentJob:
         return count
 
     async def _drive(self, point: Point, urls, router_url: str, label: str):
-        import aiohttp
-
-        from pdbench import metrics
-        from pdbench.workload import LoadGenerator, RequestOptions, build_conversations
+        import aiohttp  # lazy: ~0.4 s, on the allocation only (the driver imports jobs/)
 
         dep = self.deployment
         wl = point.workload

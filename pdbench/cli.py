@@ -2,27 +2,23 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from pdbench.config import RunConfig
+from pdbench.launch import launch, run_transfer_bench
+from pdbench.report_table import print_run_table
+from pdbench.results import RunStore
+from pdbench.status import print_status
 
 
 def dispatch(cfg: RunConfig) -> None:
-    from pathlib import Path
-
     cfg.dir = str(Path(cfg.dir).expanduser().resolve())  # jobs may start elsewhere
     if cfg.command == "status":
-        from pdbench.status import print_status
-
         print_status(cfg.dir)
         return
     if cfg.command == "transfer_bench":
-        from jobs.transfer_bench import run_transfer_bench
-
         run_transfer_bench(cfg)
         return
-    from pdbench.launch import launch
-    from pdbench.report_table import print_run_table
-    from pdbench.results import RunStore
-
     outcome = launch(cfg)
     if outcome.get("dry_run"):
         return

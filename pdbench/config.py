@@ -249,7 +249,7 @@ GROUP_SCHEMAS: dict[str, type] = {
 
 def register_configs() -> None:
     """Put the schemas in Hydra's ConfigStore (``base_run`` and ``<group>/base_<group>``)."""
-    from hydra.core.config_store import ConfigStore
+    from hydra.core.config_store import ConfigStore  # lazy: hydra only where configs are composed
 
     store = ConfigStore.instance()
     store.store(name="base_run", node=RunConfig)

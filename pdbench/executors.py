@@ -18,6 +18,7 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
+import submitit
 from submitit.slurm import slurm as submitit_slurm
 
 from pdbench.config import ClusterConfig, ExecutorKind
@@ -100,7 +101,6 @@ class SlurmExecutor(submitit_slurm.SlurmExecutor):
 
 def make_executor(cluster: ClusterConfig, folder: Path, nodes: int, job_name: str):
     """A submitit executor for ``cluster`` whose jobs span ``nodes`` plan nodes."""
-    import submitit
 
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)

@@ -8,22 +8,30 @@ gets them all at once as an array, capped by ``cluster.array_parallelism``.
 from __future__ import annotations
 
 import json
+import shutil
+import subprocess
 import time
 from pathlib import Path
 from typing import Any
 
+from connector.bench_plan import pending_cases
+from connector.bench_record import format_table
+from jobs import transfer_bench
+from jobs.deployment import DeploymentJob
+from pdbench import provenance, tiny_model
 from pdbench.config import ExecutorKind, RunConfig
+from pdbench.executors import make_executor
 from pdbench.launch_spec import LaunchSpec, build_launch, describe
 from pdbench.plan import Deployment, Plan, make_plan, to_jsonable
+from pdbench.progress import follow
 from pdbench.results import RunStore
+from pdbench.validate import check
 
 
 def model_path_for(cfg: RunConfig, create: bool) -> str:
     """The served model's directory; the tiny model is generated (once) when ``create``."""
     if not cfg.model.generate:
         return cfg.model.path
-    from pdbench import tiny_model
-
     if create:
         return str(tiny_model.ensure_tiny_model(cfg.model, cfg.cache_dir))
     return str(tiny_model.tiny_model_dir(cfg.model, cfg.cache_dir))
@@ -44,8 +52,6 @@ def describe_plan(cfg: RunConfig, plan: Plan, model_path: str) -> str:
 
 
 def write_manifest(cfg: RunConfig, plan: Plan, store: RunStore, model_path: str) -> None:
-    from pdbench import provenance
-
     path = store.root / "manifest.json"
     previous = json.loads(path.read_text()) if path.exists() else {}
     manifest = {
@@ -94,8 +100,6 @@ def record_job(store: RunStore, deployment_id: str, job, executor: str) -> None:
 
 def launch(cfg: RunConfig) -> dict[str, Any]:
     """Validate, plan, and either print the launch (dry run) or run it to completion."""
-    from pdbench.validate import check
-
     check(cfg)
     plan = make_plan(cfg)
     store = RunStore(cfg.dir)
@@ -116,10 +120,6 @@ def launch(cfg: RunConfig) -> dict[str, Any]:
 
 def submit_and_follow(cfg: RunConfig, plan: Plan, store: RunStore, spec: LaunchSpec):
     """Submit ``spec``'s submissions and follow their jobs to the end."""
-    from jobs.deployment import DeploymentJob
-    from pdbench.executors import make_executor
-    from pdbench.progress import follow
-
     deployments = {d.deployment_id: d for d in plan.deployments}
     run_config = to_jsonable(cfg)
 
@@ -201,9 +201,6 @@ def stop_after(cfg: RunConfig, plan: Plan, store: RunStore, dep: Deployment, res
 
 def check_slurm_reachable() -> None:
     """Fail before submitting anything when no SLURM controller answers."""
-    import shutil
-    import subprocess
-
     if shutil.which("sinfo") is None:
         raise SystemExit(
             "cluster.executor=slurm but there is no `sinfo` here. Fix: run on a SLURM login "
@@ -223,5 +220,47 @@ def points_recorded(plan: Plan, store: RunStore):
     return lambda: f"{sum(store.point_status(i) != 'pending' for i in ids)}/{len(ids)} points"
 
 
-def run_dir_of(cfg: RunConfig) -> Path:
-    return Path(cfg.dir)
+def run_transfer_bench(cfg: RunConfig) -> Path:
+    """Validate, plan, submit, follow and tabulate the transfer bench (``command=
+    transfer_bench``): the same checks as every launch. Returns the records' directory."""
+    check(cfg)
+    out = transfer_bench.records_dir(cfg.dir)
+    spec = transfer_bench.bench_spec(cfg)
+    total = len(spec.cases)
+    if cfg.launch.resume:
+        spec = pending_cases(spec, transfer_bench.recorded_ok(cfg.dir))
+    print(transfer_bench.describe(spec), flush=True)
+    if total > len(spec.cases):
+        print(f"  ({total - len(spec.cases)} of {total} cases already recorded ok: skipped)")
+    if cfg.launch.dry_run or not spec.cases:
+        if not spec.cases:
+            print(format_table(transfer_bench.load_records(cfg.dir)))
+        return out
+    if cfg.cluster.executor is ExecutorKind.debug:
+        raise ValueError(
+            "the transfer bench needs two tasks; cluster=debug runs one: "
+            "use cluster=local or cluster=slurm"
+        )
+    if cfg.cluster.executor is ExecutorKind.slurm:
+        check_slurm_reachable()
+    folder = transfer_bench.submitit_folder(cfg.dir)
+    executor = make_executor(cfg.cluster, folder, nodes=2, job_name=transfer_bench.JOB_NAME)
+    job = executor.submit(transfer_bench.TransferBenchJob(spec, str(Path(cfg.dir).resolve())))
+    print(
+        f"[pdbench] submitted transfer bench job {job.job_id} ({len(spec.cases)} cases); "
+        f"logs in {folder}",
+        flush=True,
+    )
+    wanted = {c.record_id for c in spec.cases}
+
+    def recorded() -> str:
+        done = {r["record_id"] for r in transfer_bench.load_records(cfg.dir)}
+        return f"{len(wanted & done)}/{len(wanted)}"
+
+    outcome = follow(job, recorded)
+    error = outcome.get("error", "")
+    print(format_table(transfer_bench.load_records(cfg.dir)), flush=True)
+    print(f"records: {out}")
+    if error:
+        raise RuntimeError(f"transfer bench job {job.job_id} failed: {error}\n  logs: {folder}")
+    return out

@@ -175,7 +175,7 @@ class TaskEnvironment:
 def _submitit_facts() -> dict[str, object] | None:
     """Rank facts from ``submitit.JobEnvironment``; None when it cannot tell."""
     try:
-        import submitit
+        import submitit  # lazy: submitit only inside a submitit task
 
         job_env = submitit.JobEnvironment()
         return {

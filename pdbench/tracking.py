@@ -98,7 +98,7 @@ class WandbTracker(Tracker):
             print(f"[pdbench] W&B logging of {point_result.get('point_id')} failed: {exc!r}")
 
     def _log(self, point: dict[str, Any], config: dict[str, Any]) -> None:
-        import wandb
+        import wandb  # lazy: wandb (~1 s) only when a Point is logged
 
         self.run_dir.mkdir(parents=True, exist_ok=True)
         run_config = {

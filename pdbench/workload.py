@@ -22,7 +22,12 @@ from typing import Any, TypeVar
 from pdbench.config import WorkloadConfig, WorkloadKind
 from pdbench.lengths import draw_length
 from pdbench.results import RequestRecord
-from pdbench.router import CONVERSATION_HEADER, PATH_HEADER, PREFILL_MS_HEADER, TURN_HEADER
+from pdbench.router_headers import (
+    CONVERSATION_HEADER,
+    PATH_HEADER,
+    PREFILL_MS_HEADER,
+    TURN_HEADER,
+)
 
 T = TypeVar("T")
 
@@ -111,7 +116,7 @@ def run_client(coro: Awaitable[T]) -> T:
     dependency): each token's wake-up costs about half of asyncio's loop there, and at 256
     streams whose tokens arrive together, that cost is what delays the last stream's stamp."""
     try:
-        import uvloop
+        import uvloop  # lazy: optional: a faster loop when installed
     except ImportError:
         return asyncio.run(coro)
     with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
@@ -242,7 +247,7 @@ def _fast_decoder() -> tuple[Any, Any] | None:
     in the first chunk (``return_token_ids``) without building them: a 16k-id first chunk
     blocks the event loop ~0.1 ms instead of ~0.9 ms."""
     try:
-        import msgspec
+        import msgspec  # lazy: optional: faster JSON when installed
     except ImportError:
         return None
 
@@ -267,7 +272,7 @@ def _encode(body: dict) -> bytes:
     """The request body as JSON bytes; msgspec if present: for a 16k-token prompt 0.07 ms of
     event loop instead of 0.9 ms with ``json.dumps`` (what aiohttp's ``json=`` uses)."""
     try:
-        import msgspec
+        import msgspec  # lazy: optional: faster JSON when installed
     except ImportError:
         return json.dumps(body).encode()
     return msgspec.json.encode(body)
@@ -288,7 +293,7 @@ class LoadGenerator:
         on_wave_done: Callable[[int, list[RequestRecord]], Awaitable[None]] | None = None,
         progress: Callable[[int], None] | None = None,
     ) -> list[RequestRecord]:
-        import aiohttp
+        import aiohttp  # lazy: ~0.4 s, only when requests are sent (the driver imports jobs/)
 
         timeout = aiohttp.ClientTimeout(total=self.opts.timeout_s)
         connector = aiohttp.TCPConnector(limit=0)
