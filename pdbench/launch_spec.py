@@ -25,7 +25,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pdbench.config import ExecutorKind, RunConfig
+from pdbench.config import ExecutorKind, FlowConfig, RunConfig
 from pdbench.plan import Deployment, Instance, Plan, Point, to_jsonable
 from pdbench.sbatch import sbatch_script
 from pdbench.serve_command import RUN_DIR_ENV, serve_command, serve_env
@@ -230,6 +230,18 @@ def _instance_spec(
     )
 
 
+def router_settings(flow: FlowConfig, request_timeout_s: float, port: int) -> dict[str, Any]:
+    """The router's settings (``pdbench.router.RouterConfig`` fields other than the URLs,
+    the KV-params dir and the host), each taken from where the typed config defines it."""
+    return {
+        "port": port,
+        "cache_hit_threshold": flow.cache_hit_threshold,
+        "decode_first_fallback": flow.decode_first_fallback.value,
+        "decoder_kv_blocks_ttl_s": flow.decoder_kv_blocks_ttl_s,
+        "request_timeout_s": request_timeout_s,
+    }
+
+
 def _router_spec(
     dep: Deployment,
     points: list[Point],
@@ -247,18 +259,15 @@ def _router_spec(
     def urls(role: str) -> list[str]:
         return [i.url for i in instances if i.role == role]
 
+    # the router's client timeout covers the longest any Point's requests may take
+    timeout_s = max((p.workload.request_timeout_s for p in points), default=0.0)
     config = {
         "prefill_urls": urls("prefill"),
         "decode_urls": urls("decode"),
         "agg_urls": urls("mixed"),
         "kv_params_dir": str(kv_params),
         "host": host,
-        "port": port,
-        "cache_hit_threshold": dep.flow.cache_hit_threshold,
-        "decode_first_fallback": dep.flow.decode_first_fallback.value,
-        "decoder_kv_blocks_ttl_s": dep.flow.decoder_kv_blocks_ttl_s,
-        # the router's client timeout covers the longest any Point's requests may take
-        "request_timeout_s": max((p.workload.request_timeout_s for p in points), default=0.0),
+        **router_settings(dep.flow, timeout_s, port),
     }
     return RouterSpec(
         node=0,

@@ -1,6 +1,7 @@
 import pytest
 
 from pdbench.config import FlowConfig, ServerConfig, WorkloadConfig
+from pdbench.launch_spec import router_settings
 from pdbench.router import (
     P_FIRST_PARAMS,
     ConversationState,
@@ -15,15 +16,9 @@ pytestmark = pytest.mark.unit
 
 
 def router(**kw) -> Router:
-    flow, workload = FlowConfig(), WorkloadConfig()  # the settings' one set of defaults
-    settings = dict(
-        host="127.0.0.1",
-        port=ServerConfig().router_port,
-        cache_hit_threshold=flow.cache_hit_threshold,
-        decode_first_fallback=flow.decode_first_fallback.value,
-        decoder_kv_blocks_ttl_s=flow.decoder_kv_blocks_ttl_s,
-        request_timeout_s=workload.request_timeout_s,
-    )
+    # the settings' one set of defaults, as the launch spec derives them
+    timeout_s, port = WorkloadConfig().request_timeout_s, ServerConfig().router_port
+    settings = {"host": "127.0.0.1", **router_settings(FlowConfig(), timeout_s, port)}
     return Router(
         RouterConfig(
             prefill_urls=["p0", "p1"],
