@@ -24,13 +24,14 @@ from typing import Any
 
 import submitit
 
-from connector.nixl_peer import poll_until
+from connector.shared_files import poll_until
 from pdbench import attribution, metrics
 from pdbench.config import Flow, TrackingConfig, WorkloadConfig
 from pdbench.launch_spec import LOOPBACK, DeploymentSpec, InstanceSpec, RouterSpec, resolve
 from pdbench.plan import Deployment, Point
 from pdbench.results import (
     PointResult,
+    PointStatus,
     RequestRecord,
     RunStore,
     write_json_atomic,
@@ -124,11 +125,11 @@ class DeploymentJob:
 
     def _fail_pending(self, store: RunStore, error: str) -> None:
         for point in self.points:
-            if store.point_status(point.point_id) == "ok":
+            if store.point_status(point.point_id) is PointStatus.ok:
                 continue
             result = PointResult(
                 point_id=point.point_id,
-                status="failed",
+                status=PointStatus.failed,
                 error=error,
                 flow=point.flow.value,
                 deployment=self.deployment.record(),
@@ -189,11 +190,11 @@ class DeploymentJob:
         urls = {inst.name: inst.url for inst in ran.instances}
         router_url = self._start_router(stack, ran.router, ran.kv_params_dir)
         tracker = make_tracker(self.tracking, store.root, store.root.name)
-        if any(store.point_status(p.point_id) != "ok" for p in self.points):
+        if any(store.point_status(p.point_id) is not PointStatus.ok for p in self.points):
             self._warm_up(router_url, store)
         done, failed, skipped = 0, 0, 0
         for i, point in enumerate(self.points, 1):
-            if store.point_status(point.point_id) == "ok":
+            if store.point_status(point.point_id) is PointStatus.ok:
                 skipped += 1
                 continue
             label = f"[{i}/{len(self.points)}] {point.flow.value} h={point.history_tokens}"
@@ -201,7 +202,7 @@ class DeploymentJob:
             result, records = self._measure(point, urls, router_url, hosts, store, label)
             store.write_point(result, records)
             tracker.log_point(result.to_dict(), self.run_config)
-            if result.status == "ok":
+            if result.status is PointStatus.ok:
                 done += 1
             else:
                 failed += 1
@@ -273,7 +274,7 @@ class DeploymentJob:
         started = time.time()
         result = PointResult(
             point_id=point.point_id,
-            status="failed",
+            status=PointStatus.failed,
             error="",
             flow=point.flow.value,
             deployment=dep.record(),
@@ -292,7 +293,7 @@ class DeploymentJob:
             result.metrics = totals
             result.transfer = attribution.transfer_totals(totals)
             failed = result.summary.failed_requests
-            result.status = "ok" if failed == 0 else "failed"
+            result.status = PointStatus.ok if failed == 0 else PointStatus.failed
             if failed:
                 first = next(r for r in records if r.status != "ok")
                 result.error = f"{failed} of {len(records)} requests failed; first: {first.error}"
@@ -308,7 +309,7 @@ class DeploymentJob:
             tails = "\n".join(
                 f"--- {p.name} ({p.log_path}):\n{log_tail(p.log_path, 20)}" for p in dead
             )
-            result.status = "failed"
+            result.status = PointStatus.failed
             result.error = (
                 f"server(s) died during the point: {[p.name for p in dead]}\n{tails}\n"
                 + result.error

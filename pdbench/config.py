@@ -25,7 +25,7 @@ class ExecutorKind(Enum):
 
 
 class Flow(Enum):
-    """How the router serves one conversation turn (DESIGN.md, "Flows")."""
+    """How the router serves one conversation turn (README.md, "Flows"; pdbench/router.py)."""
 
     agg = "agg"
     recompute = "recompute"

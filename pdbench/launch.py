@@ -24,16 +24,14 @@ from pdbench.executors import make_executor
 from pdbench.launch_spec import LaunchSpec, build_launch, describe
 from pdbench.plan import Deployment, Plan, make_plan, to_jsonable
 from pdbench.progress import follow
-from pdbench.results import RunStore
+from pdbench.results import PointStatus, RunStore
 from pdbench.validate import check
 
 
 def model_path_for(cfg: RunConfig, create: bool) -> str:
     """The served model's directory; the tiny model is generated (once) when ``create``."""
-    if not cfg.model.generate:
-        return cfg.model.path
-    if create:
-        return str(tiny_model.ensure_tiny_model(cfg.model, cfg.cache_dir))
+    if create or not cfg.model.generate:
+        return tiny_model.resolve_model_path(cfg.model, cfg.cache_dir)
     return str(tiny_model.tiny_model_dir(cfg.model, cfg.cache_dir))
 
 
@@ -42,13 +40,11 @@ def pending_deployments(plan: Plan, store: RunStore) -> list[str]:
     return [
         d.deployment_id
         for d in plan.deployments
-        if any(store.point_status(p.point_id) != "ok" for p in plan.points[d.deployment_id])
+        if any(
+            store.point_status(p.point_id) is not PointStatus.ok
+            for p in plan.points[d.deployment_id]
+        )
     ]
-
-
-def describe_plan(cfg: RunConfig, plan: Plan, model_path: str) -> str:
-    """The dry run of a fresh run dir: the launch spec of every Deployment, as text."""
-    return describe(build_launch(cfg, plan, model_path), plan)
 
 
 def write_manifest(cfg: RunConfig, plan: Plan, store: RunStore, model_path: str) -> None:
@@ -191,7 +187,9 @@ def deployment_failed(plan: Plan, store: RunStore, dep: Deployment, result: dict
     """A Deployment failed when its job did, or when any of its Points is not ``ok``."""
     if "error" in result:
         return True
-    return any(store.point_status(p.point_id) != "ok" for p in plan.points[dep.deployment_id])
+    return any(
+        store.point_status(p.point_id) is not PointStatus.ok for p in plan.points[dep.deployment_id]
+    )
 
 
 def stop_after(cfg: RunConfig, plan: Plan, store: RunStore, dep: Deployment, result: dict) -> bool:
@@ -217,7 +215,9 @@ def check_slurm_reachable() -> None:
 def points_recorded(plan: Plan, store: RunStore):
     """A progress counter: Points with a record (ok or failed) of all planned."""
     ids = [p.point_id for p in plan.all_points()]
-    return lambda: f"{sum(store.point_status(i) != 'pending' for i in ids)}/{len(ids)} points"
+    return lambda: (
+        f"{sum(store.point_status(i) is not PointStatus.pending for i in ids)}/{len(ids)} points"
+    )
 
 
 def run_transfer_bench(cfg: RunConfig) -> Path:

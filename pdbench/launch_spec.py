@@ -25,10 +25,11 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from connector.process_env import RUN_DIR_ENV
 from pdbench.config import ExecutorKind, FlowConfig, RunConfig
 from pdbench.plan import Deployment, Instance, Plan, Point, to_jsonable
 from pdbench.sbatch import sbatch_script
-from pdbench.serve_command import RUN_DIR_ENV, serve_command, serve_env
+from pdbench.serve_command import serve_command, serve_env
 
 LOOPBACK = "127.0.0.1"
 

@@ -104,9 +104,6 @@ class Deployment:
     def by_role(self, role: str) -> list[Instance]:
         return [i for i in self.instances if i.role == role]
 
-    def instances_on(self, node: int) -> list[Instance]:
-        return [i for i in self.instances if i.node == node]
-
     @property
     def agg_instance(self) -> Instance:
         """Where ``agg`` runs: a mixed instance, else the first decode instance."""

@@ -16,13 +16,24 @@ a crash leaves the old file or the new one, never a torn one. Analysis reads onl
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from dataclasses import asdict, dataclass, field
+from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
+from connector.shared_files import write_json_atomic, write_lines_atomic
+
+__all__ = ["write_json_atomic", "write_lines_atomic"]  # with the store: writers of run files
+
 SCHEMA_VERSION = 1
+
+
+class PointStatus(StrEnum):
+    """A Point's state in a run dir; the JSON records hold the value ("ok", ...)."""
+
+    ok = "ok"  # measured, every request answered
+    failed = "failed"  # measured or attempted, something failed (the record says what)
+    pending = "pending"  # no record yet (never written to a record)
 
 
 @dataclass
@@ -97,7 +108,7 @@ class TransferTotals:
 @dataclass
 class PointResult:
     point_id: str
-    status: str  # ok | failed
+    status: PointStatus  # ok | failed
     error: str
     flow: str
     deployment: dict[str, Any]
@@ -121,37 +132,6 @@ class PointResult:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
-
-
-def write_json_atomic(path: Path, data: Any) -> None:
-    """Write ``data`` as JSON to ``path`` through a temp file and a rename."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w") as f:
-            json.dump(data, f, indent=1, default=str)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
-def write_lines_atomic(path: Path, rows: list[dict[str, Any]]) -> None:
-    """Write rows as JSON lines to ``path`` atomically."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w") as f:
-            for row in rows:
-                f.write(json.dumps(row) + "\n")
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 class RunStore:
@@ -199,10 +179,12 @@ class RunStore:
             return None
         return json.loads(path.read_text())
 
-    def point_status(self, point_id: str) -> str:
-        """``ok``, ``failed`` or ``pending`` (no record yet)."""
+    def point_status(self, point_id: str) -> PointStatus:
+        """``ok``, ``failed``, or ``pending`` when there is no record yet."""
         record = self.read_point(point_id)
-        return "pending" if record is None else str(record.get("status", "failed"))
+        if record is None:
+            return PointStatus.pending
+        return PointStatus.ok if record.get("status") == PointStatus.ok else PointStatus.failed
 
     def iter_points(self) -> list[dict[str, Any]]:
         if not self.points_dir.exists():

@@ -9,12 +9,10 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from connector.process_env import KV_PARAMS_DIR_ENV, ROLE_ENV, TRACE_DIR_ENV
 from pdbench.plan import Deployment, Instance
 
 PLUGIN_MODULE = "connector.vllm_plugin"
-KV_PARAMS_DIR_ENV = "PDBENCH_KV_PARAMS_DIR"
-TRACE_DIR_ENV = "PDBENCH_TRACE_DIR"
-RUN_DIR_ENV = "PDBENCH_RUN_DIR"  # marks every process pdbench starts for a run
 
 
 def kv_transfer_config(deployment: Deployment) -> dict[str, Any]:
@@ -125,7 +123,7 @@ def serve_env(
         env[KV_PARAMS_DIR_ENV] = kv_params_dir
         if deployment.connector.trace:
             env[TRACE_DIR_ENV] = trace_dir
-            env["PDBENCH_ROLE"] = instance.role  # traces name the direction (P<-D, D<-P)
+            env[ROLE_ENV] = instance.role  # traces name the direction (P<-D, D<-P)
     env.update({k: str(v) for k, v in transport.env.items()})
     env.update({k: str(v) for k, v in server.env.items()})
     return env

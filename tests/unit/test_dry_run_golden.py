@@ -17,7 +17,8 @@ from hydra.core.global_hydra import GlobalHydra
 from omegaconf import OmegaConf
 
 from pdbench.config import RunConfig, register_configs
-from pdbench.launch import describe_plan, model_path_for
+from pdbench.launch import model_path_for
+from pdbench.launch_spec import build_launch, describe
 from pdbench.plan import make_plan
 from pdbench.validate import validate
 from tests.unit.test_sbatch_golden import CONF_DIR, check_golden
@@ -59,17 +60,23 @@ def compose_run(overrides: list[str]) -> RunConfig:
     return cfg
 
 
+def dry_run_text(cfg: RunConfig) -> str:
+    """What ``launch.dry_run=true`` prints for a fresh run dir (every Deployment pending)."""
+    plan = make_plan(cfg)
+    return describe(build_launch(cfg, plan, model_path_for(cfg, create=False)), plan)
+
+
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_dry_run_text_is_pinned(name):
     cfg = compose_run(BASE + CASES[name])
     assert validate(cfg) == [], [str(p) for p in validate(cfg)]
-    text = describe_plan(cfg, make_plan(cfg), model_path_for(cfg, create=False))
+    text = dry_run_text(cfg)
     check_golden(name, text)
 
 
 def test_cross_node_rdma_sets_ucx_and_binds_node_addresses():
     cfg = compose_run(BASE + CASES["dry_llama3_8b_2p2d_cross_rdma"])
-    text = describe_plan(cfg, make_plan(cfg), model_path_for(cfg, create=False))
+    text = dry_run_text(cfg)
     assert "UCX_TLS=" in text and "UCX_NET_DEVICES=" in text
     assert "--host '<node1>'" in text and "127.0.0.1" not in text
     assert text.count("#SBATCH --nodes=2") == 1
