@@ -10,7 +10,7 @@ import pytest
 from submitit.slurm import slurm as submitit_slurm
 
 from pdbench.config import Placement
-from pdbench.executors import make_executor
+from pdbench.executors import SlurmJob, make_executor
 from pdbench.launch_spec import (
     LOOPBACK,
     DeploymentSpec,
@@ -127,7 +127,8 @@ def test_the_sbatch_file_submitit_hands_sbatch_is_the_specs(tmp_path: Path, thre
     with sbatch, executor.batch():
         jobs = [executor.submit(print, d) for d in sub.deployment_ids]
     assert submitted == [sub.sbatch]
-    assert len(jobs) == len(thresholds)
+    # Array elements come back as pdbench's SlurmJob (its squeue-aware state watcher).
+    assert len(jobs) == len(thresholds) and all(isinstance(j, SlurmJob) for j in jobs)
 
 
 def test_dry_run_text_lists_every_process_and_the_submission():
