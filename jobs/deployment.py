@@ -25,6 +25,7 @@ from typing import Any
 import submitit
 
 from connector.shared_files import poll_until
+from connector.ucx_proto import tcp_fallback, transports_in_log
 from pdbench import attribution, metrics
 from pdbench.config import Flow, TrackingConfig, WorkloadConfig
 from pdbench.launch_spec import LOOPBACK, DeploymentSpec, InstanceSpec, RouterSpec, resolve
@@ -41,7 +42,6 @@ from pdbench.serve_command import served_model_name
 from pdbench.server import ServerProcess, ServerStartError, log_tail
 from pdbench.slurm_env import TaskEnvironment
 from pdbench.tracking import make_tracker
-from pdbench.ucx_proto import slow_transport_flag, transports_in_log
 from pdbench.workload import LoadGenerator, RequestOptions, build_conversations, run_client
 
 RENDEZVOUS_TIMEOUT_S = 600.0  # how long task 0 waits for every node's servers
@@ -326,9 +326,13 @@ class DeploymentJob:
                 continue
             used = transports_in_log(Path(inst.log_path))
             result.transport_used[inst.name] = used
-            flag = slow_transport_flag(transport.kv_buffer_device, used["read"])
-            if flag and flag not in result.flags:
-                result.flags.append(f"{inst.name}: {flag}")
+            tls = inst.env.get("UCX_TLS", "")  # what the server ran with (its launch spec)
+            if tcp_fallback(used["read"], tls):
+                result.flags.append(
+                    f"{inst.name}: KV reads went over {used['read']}: TCP, though UCX_TLS="
+                    f"{tls or '(unset)'} does not name it; UCX found no faster path (check "
+                    "UCX_TLS, GPUDirect RDMA, cuda_ipc)"
+                )
         stalled = self._expired_prefill_leases(result.point_id)
         if stalled:
             result.flags.append(
