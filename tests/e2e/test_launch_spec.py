@@ -8,8 +8,14 @@ from pathlib import Path
 
 import pytest
 
-from pdbench.launch_spec import DeploymentSpec, describe_deployment, resolve
+from pdbench.launch_spec import (
+    DeploymentSpec,
+    describe_deployment,
+    node_address_placeholder,
+    resolve,
+)
 from tests.e2e.conftest import load_points, run_pdbench, server_pids
+from tests.e2e.test_local_slurm import local_slurm  # noqa: F401 - the cluster fixture
 
 pytestmark = pytest.mark.e2e
 
@@ -48,3 +54,31 @@ def test_the_job_ran_the_spec_the_dry_run_printed(tmp_path):
     for inst in ran.instances:
         assert Path(inst.log_path).is_file(), inst.log_path
     assert json.loads(Path(ran.router.config_path).read_text()) == ran.router.config
+
+
+@pytest.mark.slurm
+def test_on_slurm_the_job_ran_the_dry_runs_spec_with_the_nodes_addresses(local_slurm, tmp_path):  # noqa: F811
+    run_dir = tmp_path / "run"
+    args = [*TINY, "cluster=slurm", "topology.placement=cross_node", f"dir={run_dir}"]
+    dry = run_pdbench([*args, "launch.dry_run=true"], timeout_s=300)
+    assert dry.returncode == 0, dry.stderr[-3000:]
+    real = run_pdbench(args, timeout_s=1200)
+    assert real.returncode == 0, f"{real.stdout[-3000:]}\n{real.stderr[-3000:]}"
+    assert server_pids(run_dir) == []
+
+    (point,) = load_points(run_dir).values()
+    ran = DeploymentSpec.from_dict(json.loads((run_dir / point["launch_spec_file"]).read_text()))
+    assert ran.nodes == 2 and ran.placeholders() == []
+    addresses = {i.node: i.host for i in ran.instances}
+    assert addresses[0] != addresses[1]  # each node's own address, not loopback for both
+    # The dry run printed placeholders where each node's address goes; filled in with the
+    # addresses the job found, it is line for line what the job ran.
+    filled = dry.stdout
+    for node, address in addresses.items():
+        filled = filled.replace(node_address_placeholder(node), address)
+    block = "\n".join(describe_deployment(ran))
+    assert block in filled, f"job's spec:\n{block}\n\ndry run:\n{dry.stdout}"
+    # And the sbatch file SLURM got is the one the dry run printed.
+    (submitted,) = (run_dir / "submitit").glob("*_submission.sh")
+    printed = dry.stdout.split("  sbatch script:\n", 1)[1]
+    assert "\n".join("    " + line for line in submitted.read_text().splitlines()) in printed
