@@ -71,13 +71,15 @@ def test_on_slurm_the_job_ran_the_dry_runs_spec_with_the_nodes_addresses(local_s
     assert ran.nodes == 2 and ran.placeholders() == []
     addresses = {i.node: i.host for i in ran.instances}
     assert addresses[0] != addresses[1]  # each node's own address, not loopback for both
-    # The dry run printed placeholders where each node's address goes; filled in with the
-    # addresses the job found, it is line for line what the job ran.
-    filled = dry.stdout
+    # The dry run printed a placeholder where each node's address goes: the job's spec with
+    # its addresses put back as placeholders renders line for line as the dry run printed.
+    text = json.dumps(ran.to_dict())
     for node, address in addresses.items():
-        filled = filled.replace(node_address_placeholder(node), address)
-    block = "\n".join(describe_deployment(ran))
-    assert block in filled, f"job's spec:\n{block}\n\ndry run:\n{dry.stdout}"
+        text = text.replace(address, node_address_placeholder(node))
+    unresolved = DeploymentSpec.from_dict(json.loads(text))
+    assert resolve(unresolved, addresses) == ran
+    block = "\n".join(describe_deployment(unresolved))
+    assert block in dry.stdout, f"job's spec:\n{block}\n\ndry run:\n{dry.stdout}"
     # And the sbatch file SLURM got is the one the dry run printed.
     (submitted,) = (run_dir / "submitit").glob("*_submission.sh")
     printed = dry.stdout.split("  sbatch script:\n", 1)[1]
