@@ -40,6 +40,8 @@ from benchmarks.timing_fidelity import (
     tiny_model_path,
 )
 from benchmarks.token_source import sched_delta, sched_ms
+from pdbench.config import FlowConfig, WorkloadConfig
+from pdbench.launch_spec import router_settings
 from pdbench.workload import run_client
 
 VLLM_ENV = {"VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_CPU_OMP_THREADS_BIND": "0"}
@@ -90,7 +92,7 @@ def router_config(upstream: str, port: int, kv_dir: str) -> dict[str, Any]:
         "agg_urls": [upstream],
         "kv_params_dir": kv_dir,
         "host": "127.0.0.1",
-        "port": port,
+        **router_settings(FlowConfig(), WorkloadConfig().request_timeout_s, port),
         "flow": "agg",
     }
 

@@ -147,9 +147,11 @@ def summarize(rows: list[dict[str, Any]], requests: int, failed: list[str]) -> d
 
 # ---- clients ----
 async def pdbench_records(url: str, streams: int, requests: int, tokens: int, prompts: int, salt):
+    from pdbench.config import WorkloadConfig
     from pdbench.workload import LoadGenerator, RequestOptions, build_conversations
 
-    specs = build_conversations(requests, 1, prompts, 0, vocab_size=512, seed=0)
+    workload = WorkloadConfig(conversations=requests, turns=1, user_tokens=prompts, output_tokens=0)
+    specs = build_conversations(workload, 0, vocab_size=512)
     opts = RequestOptions(url, MODEL, tokens, "agg", salt, timeout_s=120.0)
     return await LoadGenerator(opts, streams, 0.0, 0).run(specs)
 

@@ -18,6 +18,7 @@ record names the transports they show for the agent and the operation. Records a
 
 from __future__ import annotations
 
+import ctypes
 import os
 import socket
 import time
@@ -73,7 +74,6 @@ def ucx_log_path() -> Path | None:
 
 def flush_c_streams() -> None:
     """``fflush(NULL)``: UCX writes its log through a buffered C stream."""
-    import ctypes
 
     try:
         ctypes.CDLL(None).fflush(None)
@@ -96,7 +96,7 @@ def pick_device(memory: MemoryKind, rank: int) -> int:
     """CUDA device of this task (one per task when several are visible), 0 for DRAM."""
     if memory is not MemoryKind.VRAM:
         return 0
-    import torch
+    import torch  # lazy: torch only on the allocation's tasks
 
     device = rank % max(1, torch.cuda.device_count())
     torch.cuda.set_device(device)
@@ -127,7 +127,7 @@ class BenchTask:
         if not os.environ.get("UCX_LOG_FILE"):
             (self.work_dir / "ucx").mkdir(parents=True, exist_ok=True)
             ucx_env["UCX_LOG_FILE"] = str(self.work_dir / "ucx" / f"{self.role}.%h.%p.log")
-        import torch
+        import torch  # lazy: torch only on the allocation's tasks
 
         torch.set_num_threads(1)  # a single-stream memcpy, like the single-stream transfer
         with env_vars({**ucx_env, **self.spec.env}):

@@ -10,7 +10,7 @@ import hashlib
 import itertools
 import json
 import random
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from connector.bench_config import BlockOrder, MemoryKind, TransferBenchConfig, XferOp
 from connector.layout import BlockTransfer, KVLayout, KVShape, TPSplit, block_transfer, rank_heads
@@ -302,7 +302,6 @@ def _alignment_problems(shape: KVShape, cases: list[BenchCase]) -> list[str]:
 
 def pending_cases(spec: BenchSpec, done: set[str]) -> BenchSpec:
     """The spec without the cases whose record ids are in ``done`` (resume)."""
-    from dataclasses import replace
 
     left = tuple(c for c in spec.cases if c.record_id not in done)
     return replace(spec, cases=left)

@@ -50,6 +50,8 @@ import math
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from connector.ucx_proto import tcp_fallback
+
 SCHEMA_VERSION = 1
 
 
@@ -143,8 +145,7 @@ def flag_reasons(
             reasons.append("below_memcpy")
         if expected_gb_s > 0 and gb_s < ratio * expected_gb_s:
             reasons.append("below_expected")
-    asked_tcp = "tcp" in {t.strip().lower() for t in ucx_tls.split(",")}
-    if any(t.startswith("tcp") for t in transports) and not asked_tcp:
+    if tcp_fallback(transports, ucx_tls):
         reasons.append("tcp_data_path")
     return reasons
 

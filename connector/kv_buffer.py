@@ -11,14 +11,12 @@ from __future__ import annotations
 
 import time
 
-import numpy as np
-
 _CHUNK_WORDS = 1 << 22  # words verified per step: bounds the index tensors to ~100 MB
 
 
 def fill_pattern(buffer) -> None:
     """Word ``w`` of ``buffer`` (uint8 tensor) := ``w``."""
-    import torch
+    import torch  # lazy: torch only on the allocation's tasks
 
     nwords = buffer.numel() // 4
     if nwords >= 2**31:
@@ -35,7 +33,8 @@ def poison(buffer) -> None:
 
 def verify(buffer, local: list[tuple[int, int, int]], remote: list[tuple[int, int, int]]) -> bool:
     """True when every word under each local descriptor holds its remote word index."""
-    import torch
+    import numpy as np  # lazy: ~0.1 s of `python -m pdbench`, which imports the bench job
+    import torch  # lazy: torch only on the allocation's tasks
 
     if not local:
         return True
@@ -65,7 +64,7 @@ def verify(buffer, local: list[tuple[int, int, int]], remote: list[tuple[int, in
 
 def allocate_like(buffer, nbytes: int):
     """An uninitialised uint8 tensor of ``nbytes`` on ``buffer``'s device."""
-    import torch
+    import torch  # lazy: torch only on the allocation's tasks
 
     return torch.empty(max(nbytes, 1), dtype=torch.uint8, device=buffer.device)
 
@@ -89,6 +88,6 @@ def memcpy_gb_s(src, dst, nbytes: int, iterations: int) -> float:
 
 def _sync(tensor) -> None:
     if tensor.device.type == "cuda":
-        import torch
+        import torch  # lazy: torch only on the allocation's tasks
 
         torch.cuda.synchronize(tensor.device)

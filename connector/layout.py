@@ -238,11 +238,6 @@ class BlockTransfer:
         return self.d_cache.block_bytes
 
 
-def rank_cache(shape: KVShape, layout: KVLayout, tp: int, rank: int, num_blocks: int) -> RankCache:
-    _, heads = rank_heads(shape.num_kv_heads, tp, rank)
-    return RankCache(shape, layout, heads, num_blocks)
-
-
 def block_transfer(
     shape: KVShape,
     layout: KVLayout,

@@ -14,12 +14,12 @@ import json
 import os
 import socket
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from connector.bench_config import MemoryKind
+from connector.shared_files import poll_until, write_bytes_atomic
 
 
 class PeerAborted(RuntimeError):
@@ -41,36 +41,9 @@ def node_name() -> str:
     return os.environ.get("SLURMD_NODENAME") or socket.gethostname()
 
 
-def write_atomic(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` through a temp file and a rename."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with open(tmp, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-
-
-def poll_until(
-    predicate: Callable[[], Any], timeout_s: float, what: str, max_pause_s: float = 0.05
-) -> Any:
-    """Call ``predicate`` with a growing pause (50 us .. ``max_pause_s``) until it is truthy."""
-    deadline = time.monotonic() + timeout_s
-    pause = 0.00005
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"timed out after {timeout_s:.0f} s waiting for {what}")
-        time.sleep(pause)
-        pause = min(pause * 2, max_pause_s)
-
-
 def allocate(memory: MemoryKind, nbytes: int, device: int):
     """A zeroed uint8 torch tensor of ``nbytes`` in host memory or on CUDA ``device``."""
-    import torch
+    import torch  # lazy: torch only on the allocation's tasks
 
     if memory is MemoryKind.VRAM:
         if not torch.cuda.is_available():
@@ -81,7 +54,7 @@ def allocate(memory: MemoryKind, nbytes: int, device: int):
 
 def publish_failure(rdv: Path, name: str, error: BaseException) -> None:
     """Tell a peer waiting in ``connect`` that agent ``name`` will not come."""
-    write_atomic(rdv / f"{name}.failed", f"{type(error).__name__}: {error}".encode())
+    write_bytes_atomic(rdv / f"{name}.failed", f"{type(error).__name__}: {error}".encode())
 
 
 class NixlPeer:
@@ -96,7 +69,7 @@ class NixlPeer:
         device: int = 0,
         progress_thread: bool = False,
     ) -> None:
-        from nixl._api import nixl_agent, nixl_agent_config
+        from nixl._api import nixl_agent, nixl_agent_config  # lazy: nixl on tasks only
 
         self.name = name
         self.memory = memory
@@ -122,11 +95,11 @@ class NixlPeer:
     # ---- rendezvous ----
     def publish(self, rdv: Path) -> None:
         """Write this agent's metadata, then its description (the peer polls for the latter)."""
-        write_atomic(rdv / f"{self.name}.md", self.agent.get_agent_metadata())
+        write_bytes_atomic(rdv / f"{self.name}.md", self.agent.get_agent_metadata())
         info = PeerInfo(
             self.name, node_name(), self.base, self.nbytes, self.device, self.memory.value
         )
-        write_atomic(rdv / f"{self.name}.json", json.dumps(info.__dict__).encode())
+        write_bytes_atomic(rdv / f"{self.name}.json", json.dumps(info.__dict__).encode())
 
     def connect(self, rdv: Path, peer_name: str, timeout_s: float) -> PeerInfo:
         """Wait for the peer's files, load its agent; ``PeerAborted`` if it could not start."""
@@ -159,7 +132,7 @@ class NixlPeer:
 
         ``merge=False`` keeps NIXL from merging descriptors adjacent on both sides.
         """
-        import numpy as np
+        import numpy as np  # lazy: numpy only when a transfer is prepared
 
         assert self.peer is not None, "connect() first"
         loc = np.asarray(local, dtype=np.uint64).reshape(-1, 3)

@@ -44,8 +44,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-TRACE_DIR_ENV = "PDBENCH_TRACE_DIR"
-ROLE_ENV = "PDBENCH_ROLE"
+from connector.process_env import ROLE_ENV, TRACE_DIR_ENV
+
 SCHEMA_VERSION = 1
 
 

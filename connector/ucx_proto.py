@@ -1,4 +1,9 @@
-"""Which UCX transports carried a transfer, from UCX's protocol-selection tables (pure).
+"""Which UCX transports carried KV, from UCX's protocol-selection tables (pure).
+
+UCX picks transports silently; between GPUs a fallback to TCP costs ~100x (NIXL #791,
+Dynamo #1072). The transfer bench's agents and the serving instances run with
+``UCX_PROTO_INFO=y``; both read the tables here and judge them by one rule
+(``tcp_fallback``).
 
 With ``UCX_PROTO_INFO=y`` UCX logs, once per endpoint configuration, a table per operation::
 
@@ -21,11 +26,14 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from pathlib import Path
 
 _PREFIX = re.compile(r"^\s*\[[^\]]*\]\s*\[[^\]]*\]\s*")
 _TRANSPORT = re.compile(r"\b([a-z][a-z0-9_]*/[A-Za-z0-9_:.\-]+)")
 _TITLE = re.compile(r"^(\S+)\s+(self|intra-node|inter-node)\s+cfg#(\d+)$")
-_OPS = {"READ": "remote memory read by ucp_get", "WRITE": "remote memory write by ucp_put"}
+# Remote reads (NIXL READ: ucp_get*) and writes (WRITE: ucp_put*) are the data path; active
+# messages (ucp_am*) carry notifications, and tables of an endpoint to itself are loopback.
+_OPS = {"READ": "remote memory read", "WRITE": "remote memory write"}
 
 
 @dataclass
@@ -71,14 +79,31 @@ def parse_proto_info(text: str) -> list[ProtoTable]:
     return tables
 
 
-def data_transports(tables: list[ProtoTable], context: str, op: str) -> list[str]:
-    """Transports of ``op`` (``READ`` | ``WRITE``) between ``context`` and a peer (not self)."""
+def data_transports(tables: list[ProtoTable], context: str | None, op: str) -> list[str]:
+    """Transports of ``op`` (``READ`` | ``WRITE``) between an agent and a peer (not itself):
+    of UCP context ``context``, or of every context in the log when None."""
     prefix = _OPS[op]
     found: list[str] = []
     for table in tables:
-        if table.context != context or table.scope == "self":
+        if context is not None and table.context != context:
             continue
-        if not table.operation.startswith(prefix):
+        if table.scope == "self" or not table.operation.startswith(prefix):
             continue
         found += [t for t in table.transports if t not in found]
     return sorted(found)
+
+
+def transports_in_log(path: Path) -> dict[str, list[str]]:
+    """``{"read": [...], "write": [...]}``: what every NIXL agent of a server's log used."""
+    try:
+        tables = parse_proto_info(Path(path).read_text(errors="replace"))
+    except OSError:
+        tables = []
+    return {op.lower(): data_transports(tables, None, op) for op in _OPS}
+
+
+def tcp_fallback(transports: list[str], ucx_tls: str) -> bool:
+    """TCP carried KV although ``UCX_TLS`` does not name it: UCX found no faster path (check
+    UCX_TLS, GPUDirect RDMA, cuda_ipc). TCP asked for on purpose is not a fallback."""
+    asked_tcp = "tcp" in {t.strip().lower() for t in ucx_tls.split(",")}
+    return not asked_tcp and any(t.split("/")[0] == "tcp" for t in transports)

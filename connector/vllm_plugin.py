@@ -17,20 +17,19 @@ import os
 from pathlib import Path
 from typing import Any
 
+from connector.process_env import KV_PARAMS_DIR_ENV
+from connector.shared_files import write_bytes_atomic
+
 # vLLM's NixlConnector with pdbench's per-transfer tracing (inactive unless a trace dir is set).
 from connector.tracing import NixlConnector as _VllmNixlConnector
-
-KV_PARAMS_DIR_ENV = "PDBENCH_KV_PARAMS_DIR"
 
 
 def export_params(directory: str, request_id: str, params: dict[str, Any]) -> Path:
     """Write one request's params atomically as ``<directory>/<request_id>.json``."""
-    out = Path(directory)
-    out.mkdir(parents=True, exist_ok=True)
-    path = out / f"{request_id}.json"
-    tmp = out / f".{request_id}.json.tmp"
-    tmp.write_text(json.dumps(params, default=list))
-    os.replace(tmp, path)
+    path = Path(directory) / f"{request_id}.json"
+    # No fsync: this runs in vLLM's scheduler for every finished request, and the router
+    # reads the file within seconds (a crash loses the run's servers anyway).
+    write_bytes_atomic(path, json.dumps(params, default=list).encode(), fsync=False)
     return path
 
 

@@ -15,44 +15,36 @@ import json
 import os
 import signal
 import socket
-import sys
 import time
 import traceback
 from contextlib import ExitStack
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from connector.nixl_peer import poll_until
-from pdbench import attribution
-from pdbench.config import Flow
-from pdbench.plan import Deployment, Instance, Point, to_jsonable
-from pdbench.results import PointResult, RequestRecord, RunStore, write_json_atomic
-from pdbench.serve_command import serve_command, serve_env, served_model_name
+import submitit
+
+from connector.shared_files import poll_until
+from connector.ucx_proto import tcp_fallback, transports_in_log
+from pdbench import attribution, metrics
+from pdbench.config import Flow, TrackingConfig, WorkloadConfig
+from pdbench.launch_spec import LOOPBACK, DeploymentSpec, InstanceSpec, RouterSpec, resolve
+from pdbench.plan import Deployment, Point
+from pdbench.results import (
+    PointResult,
+    PointStatus,
+    RequestRecord,
+    RunStore,
+    write_json_atomic,
+    write_lines_atomic,
+)
+from pdbench.serve_command import served_model_name
 from pdbench.server import ServerProcess, ServerStartError, log_tail
-from pdbench.workload import run_client
+from pdbench.slurm_env import TaskEnvironment
+from pdbench.tracking import make_tracker
+from pdbench.workload import LoadGenerator, RequestOptions, build_conversations, run_client
 
-
-@dataclass
-class JobSettings:
-    """What the job needs beyond the Deployment and its Points."""
-
-    model_path: str
-    vocab_size: int
-    python: str = sys.executable
-    local: bool = True  # all tasks on this machine: bind servers to loopback
-    startup_timeout_s: float = 300.0
-    rendezvous_timeout_s: float = 600.0
-    router_port: int = 8000
-    cache_hit_threshold: float = 0.8
-    decode_first_fallback: str = "pull"
-    decoder_kv_blocks_ttl_s: float = 60.0
-    request_timeout_s: float = 120.0
-    tracking: dict[str, Any] = field(default_factory=dict)
-    run_config: dict[str, Any] = field(default_factory=dict)
-
-
-RUN_DIR_ENV = "PDBENCH_RUN_DIR"
+RENDEZVOUS_TIMEOUT_S = 600.0  # how long task 0 waits for every node's servers
 
 
 class NodeFailed(RuntimeError):
@@ -63,52 +55,56 @@ class JobInterrupted(Exception):
     """SIGTERM reached the task (preemption, scancel): tear down and leave."""
 
 
-def task_identity(local: bool) -> tuple[int, str, str]:
-    """(global rank, job id, address to bind) of this task: loopback when every task runs on
-    this machine, the SLURM node's own address otherwise (never localhost across nodes)."""
-    from pdbench.slurm_env import TaskEnvironment
-
+def task_identity() -> tuple[int, str]:
+    """(global rank, job id) of this task."""
     env = TaskEnvironment.from_environ()
-    job_id = env.job_id or str(os.getpid())
-    return env.global_rank, job_id, "127.0.0.1" if local else env.address
+    return env.global_rank, env.job_id or str(os.getpid())
+
+
+def node_address(spec: DeploymentSpec) -> str:
+    """The address this task's servers bind and are reached at: loopback when every task
+    runs on this machine, the SLURM node's own address otherwise (never localhost across
+    nodes). The one place a spec's address placeholders get their value."""
+    return LOOPBACK if spec.local else TaskEnvironment.from_environ().address
 
 
 @dataclass
 class DeploymentJob:
-    """A picklable submitit callable for one Deployment."""
+    """A picklable submitit callable for one Deployment: runs its launch spec."""
 
-    run_dir: str
     deployment: Deployment
     points: list[Point]
-    settings: JobSettings
+    spec: DeploymentSpec
+    tracking: TrackingConfig
+    run_config: dict[str, Any]  # the composed config as JSON, for the tracker
 
     def __call__(self) -> dict[str, Any]:
-        rank, job_id, host = task_identity(self.settings.local)
-        store = RunStore(self.run_dir)
-        dep = self.deployment
+        rank, job_id = task_identity()
+        host = node_address(self.spec)
+        spec = resolve(self.spec, {rank: host})
+        store = RunStore(spec.run_dir)
         # A requeued job keeps its id: the restart count keeps its rendezvous apart.
         attempt = os.environ.get("SLURM_RESTART_COUNT", "0")
-        rdv = store.root / "rendezvous" / dep.deployment_id / f"{job_id}.{attempt}"
+        rdv = Path(spec.rendezvous_dir) / f"{job_id}.{attempt}"
         rdv.mkdir(parents=True, exist_ok=True)
-        self._host = host
-        logs = store.logs_dir(dep.deployment_id)
-        self._logs = logs
-        kv_params_dir = store.root / "kvparams" / dep.deployment_id
-        trace_dir = store.root / "traces" / dep.deployment_id
         previous = signal.signal(signal.SIGTERM, _raise_interrupted)
         try:
             with ExitStack() as stack:
                 try:
-                    servers = self._start_servers(stack, rank, host, logs, kv_params_dir, trace_dir)
+                    self._procs: list[tuple[InstanceSpec | None, ServerProcess]] = []
+                    urls = self._start_servers(stack, spec.on_node(rank), rank)
                     write_json_atomic(
                         rdv / f"node{rank}.json",
-                        {"host": host, "hostname": socket.gethostname(), "urls": servers},
+                        {"host": host, "hostname": socket.gethostname(), "urls": urls},
                     )
                     if rank != 0:
                         self._wait_for_rank0(rdv)
                         return {"rank": rank, "host": host}
                     nodes = self._gather_nodes(rdv)
-                    return self._run_points(stack, store, nodes, logs, kv_params_dir)
+                    # Every node's address is known now: the spec as it ran, for the records.
+                    ran = resolve(self.spec, nodes["addresses"])
+                    write_json_atomic(store.launch_spec_path(ran.deployment_id), ran.to_dict())
+                    return self._run_points(stack, store, ran, nodes["hosts"])
                 except (ServerStartError, TimeoutError, NodeFailed) as exc:
                     # The deployment cannot run: every pending Point says why, in its record.
                     write_json_atomic(rdv / f"node{rank}.failed.json", {"error": str(exc)})
@@ -129,15 +125,15 @@ class DeploymentJob:
 
     def _fail_pending(self, store: RunStore, error: str) -> None:
         for point in self.points:
-            if store.point_status(point.point_id) == "ok":
+            if store.point_status(point.point_id) is PointStatus.ok:
                 continue
             result = PointResult(
                 point_id=point.point_id,
-                status="failed",
+                status=PointStatus.failed,
                 error=error,
                 flow=point.flow.value,
-                deployment=_deployment_record(self.deployment),
-                workload=point.workload,
+                deployment=self.deployment.record(),
+                workload=point.workload_record(),
                 started_at=time.time(),
                 finished_at=time.time(),
             )
@@ -145,78 +141,68 @@ class DeploymentJob:
 
     def checkpoint(self, *args, **kwargs):
         """Requeue on preemption / time limit; the new job skips Points recorded ``ok``."""
-        import submitit
 
         return submitit.helpers.DelayedSubmission(self)
 
     # ---- servers ----
-    def _start_servers(self, stack, rank, host, logs, kv_params_dir, trace_dir) -> dict[str, str]:
-        mine = self.deployment.instances_on(rank)
-        procs: list[tuple[Instance, ServerProcess]] = []
+    def _start_servers(self, stack, mine: list[InstanceSpec], rank: int) -> dict[str, str]:
+        procs: list[tuple[InstanceSpec, ServerProcess]] = []
         for inst in mine:
-            cmd = serve_command(
-                self.deployment, inst, self.settings.model_path, host, self.settings.python
-            )
-            env = serve_env(self.deployment, inst, host, str(kv_params_dir), str(trace_dir))
-            env[RUN_DIR_ENV] = self.run_dir  # marks every process pdbench starts for this run
             proc = ServerProcess(
                 name=f"{inst.name} (node {rank})",
-                cmd=cmd,
-                env=env,
-                log_path=logs / f"{inst.name}.log",
-                health_url=f"http://{host}:{inst.http_port}/health",
+                cmd=inst.command,
+                env=inst.env,
+                log_path=Path(inst.log_path),
+                health_url=inst.health_url,
             )
             stack.enter_context(proc)
             procs.append((inst, proc))
         for inst, proc in procs:
-            took = proc.wait_until_ready(self.settings.startup_timeout_s)
+            took = proc.wait_until_ready(self.deployment.server.startup_timeout_s)
             print(
-                f"[pdbench] {inst.name} healthy on {host}:{inst.http_port} in {took:.0f} s",
+                f"[pdbench] {inst.name} healthy on {inst.host}:{inst.http_port} in {took:.0f} s",
                 flush=True,
             )
-        self._procs = procs
-        return {inst.name: f"http://{host}:{inst.http_port}" for inst, _ in procs}
+        self._procs.extend(procs)
+        return {inst.name: inst.url for inst, _ in procs}
 
     def _gather_nodes(self, rdv: Path) -> dict[str, Any]:
         def all_there():
             for failed in rdv.glob("node*.failed.json"):
                 raise NodeFailed(f"{failed.stem}: {json.loads(failed.read_text())['error']}")
-            files = [rdv / f"node{n}.json" for n in range(self.deployment.nodes)]
+            files = [rdv / f"node{n}.json" for n in range(self.spec.nodes)]
             return files if all(f.exists() for f in files) else None
 
-        files = poll_until(
-            all_there, self.settings.rendezvous_timeout_s, "every node's servers", max_pause_s=0.5
-        )
-        urls: dict[str, str] = {}
+        files = poll_until(all_there, RENDEZVOUS_TIMEOUT_S, "every node's servers", max_pause_s=0.5)
         hosts: dict[str, str] = {}
-        for f in files:
+        addresses: dict[int, str] = {}
+        for node, f in enumerate(files):
             data = json.loads(f.read_text())
-            urls.update(data["urls"])
+            addresses[node] = data["host"]
             for name in data["urls"]:
                 hosts[name] = f"{data['hostname']} ({data['host']})"
-        return {"urls": urls, "hosts": hosts}
+        return {"hosts": hosts, "addresses": addresses}
 
     # ---- points (task 0) ----
-    def _run_points(self, stack, store: RunStore, nodes, logs, kv_params_dir) -> dict[str, Any]:
-        from pdbench.tracking import make_tracker_from_dict
+    def _run_points(self, stack, store: RunStore, ran: DeploymentSpec, hosts) -> dict[str, Any]:
 
-        dep = self.deployment
-        urls = nodes["urls"]
-        router_url = self._start_router(stack, urls, logs, kv_params_dir)
-        tracker = make_tracker_from_dict(self.settings.tracking, store.root)
-        if any(store.point_status(p.point_id) != "ok" for p in self.points):
+        self._ran = ran
+        urls = {inst.name: inst.url for inst in ran.instances}
+        router_url = self._start_router(stack, ran.router, ran.kv_params_dir)
+        tracker = make_tracker(self.tracking, store.root, store.root.name)
+        if any(store.point_status(p.point_id) is not PointStatus.ok for p in self.points):
             self._warm_up(router_url, store)
         done, failed, skipped = 0, 0, 0
         for i, point in enumerate(self.points, 1):
-            if store.point_status(point.point_id) == "ok":
+            if store.point_status(point.point_id) is PointStatus.ok:
                 skipped += 1
                 continue
             label = f"[{i}/{len(self.points)}] {point.flow.value} h={point.history_tokens}"
             print(f"[pdbench] point {label} ({point.point_id})", flush=True)
-            result, records = self._measure(point, urls, router_url, nodes["hosts"], store, label)
+            result, records = self._measure(point, urls, router_url, hosts, store, label)
             store.write_point(result, records)
-            tracker.log_point(result.to_dict(), self.settings.run_config)
-            if result.status == "ok":
+            tracker.log_point(result.to_dict(), self.run_config)
+            if result.status is PointStatus.ok:
                 done += 1
             else:
                 failed += 1
@@ -225,48 +211,33 @@ class DeploymentJob:
                     print(f"[pdbench] servers died: {dead}; stopping this deployment", flush=True)
                     break
         tracker.close()
-        return {"deployment": dep.deployment_id, "ok": done, "failed": failed, "skipped": skipped}
-
-    def _start_router(self, stack, urls: dict[str, str], logs: Path, kv_params_dir: Path) -> str:
-        dep = self.deployment
-        s = self.settings
-        host = self._host
-        config = {
-            "prefill_urls": [urls[i.name] for i in dep.by_role("prefill")],
-            "decode_urls": [urls[i.name] for i in dep.by_role("decode")],
-            "agg_urls": [urls[i.name] for i in dep.by_role("mixed")],
-            "kv_params_dir": str(kv_params_dir),
-            "host": host,
-            "port": s.router_port,
-            "cache_hit_threshold": s.cache_hit_threshold,
-            "decode_first_fallback": s.decode_first_fallback,
-            "decoder_kv_blocks_ttl_s": s.decoder_kv_blocks_ttl_s,
-            "request_timeout_s": s.request_timeout_s,
+        return {
+            "deployment": ran.deployment_id,
+            "ok": done,
+            "failed": failed,
+            "skipped": skipped,
         }
-        kv_params_dir.mkdir(parents=True, exist_ok=True)
-        cfg_path = logs / "router.json"
-        write_json_atomic(cfg_path, config)
+
+    def _start_router(self, stack, router_spec: RouterSpec, kv_params_dir: str) -> str:
+        Path(kv_params_dir).mkdir(parents=True, exist_ok=True)
+        write_json_atomic(Path(router_spec.config_path), router_spec.config)
         router = ServerProcess(
             name="router",
-            cmd=[s.python, "-m", "pdbench.router", "--config", str(cfg_path)],
-            env={"PYTHONUNBUFFERED": "1", RUN_DIR_ENV: self.run_dir},
-            log_path=logs / "router.log",
-            health_url=f"http://{host}:{s.router_port}/health",
+            cmd=router_spec.command,
+            env=router_spec.env,
+            log_path=Path(router_spec.log_path),
+            health_url=router_spec.health_url,
             grace_s=5.0,
         )
         stack.enter_context(router)
         router.wait_until_ready(60)
         self._procs.append((None, router))
-        return f"http://{host}:{s.router_port}"
+        return router_spec.url
 
     def _warm_up(self, router_url: str, store: RunStore) -> None:
         """One short conversation before measuring, so that the first NIXL handshake between
         each P and D (both directions) is not charged to the first Point. Its records are
         kept in ``warmup/<deployment>.jsonl`` to show what the handshake costs."""
-        from dataclasses import asdict
-
-        from pdbench.results import write_lines_atomic
-        from pdbench.workload import LoadGenerator, RequestOptions, build_conversations
 
         dep = self.deployment
         flows = [p.flow for p in self.points]
@@ -276,11 +247,12 @@ class DeploymentJob:
             else ("recompute" if Flow.recompute in flows else "agg")
         )
         n = max(len(dep.by_role("prefill")) * len(dep.by_role("decode")), 1) * 2
-        specs = build_conversations(n, 2, 32, 0, self.settings.vocab_size, seed=12345)
+        warm = WorkloadConfig(conversations=n, turns=2, user_tokens=32, output_tokens=0, seed=12345)
+        specs = build_conversations(warm, 0, dep.model.vocab_size)
         opts = RequestOptions(router_url, served_model_name(dep), 4, flow, f"warmup-{time.time()}")
 
         async def go():
-            import aiohttp
+            import aiohttp  # lazy: ~0.4 s, on the allocation only (the driver imports jobs/)
 
             async with aiohttp.ClientSession() as session:
                 await session.post(
@@ -302,12 +274,13 @@ class DeploymentJob:
         started = time.time()
         result = PointResult(
             point_id=point.point_id,
-            status="failed",
+            status=PointStatus.failed,
             error="",
             flow=point.flow.value,
-            deployment=_deployment_record(dep),
-            workload=point.workload,
+            deployment=dep.record(),
+            workload=point.workload_record(),
             hosts=hosts,
+            launch_spec_file=str(store.launch_spec_path(dep.deployment_id).relative_to(store.root)),
             started_at=started,
         )
         records: list[RequestRecord] = []
@@ -320,14 +293,14 @@ class DeploymentJob:
             result.metrics = totals
             result.transfer = attribution.transfer_totals(totals)
             failed = result.summary.failed_requests
-            result.status = "ok" if failed == 0 else "failed"
+            result.status = PointStatus.ok if failed == 0 else PointStatus.failed
             if failed:
                 first = next(r for r in records if r.status != "ok")
                 result.error = f"{failed} of {len(records)} requests failed; first: {first.error}"
         except Exception as exc:  # the Point fails, the record says why
             result.error = f"{type(exc).__name__}: {exc}\n{traceback.format_exc(limit=5)}"
         self._check_transport(result)
-        trace_dir = store.root / "traces" / dep.deployment_id
+        trace_dir = Path(self._ran.traces_dir)
         result.trace_files = sorted(
             str(p.relative_to(store.root)) for p in trace_dir.glob("*.jsonl")
         )
@@ -336,7 +309,7 @@ class DeploymentJob:
             tails = "\n".join(
                 f"--- {p.name} ({p.log_path}):\n{log_tail(p.log_path, 20)}" for p in dead
             )
-            result.status = "failed"
+            result.status = PointStatus.failed
             result.error = (
                 f"server(s) died during the point: {[p.name for p in dead]}\n{tails}\n"
                 + result.error
@@ -346,17 +319,20 @@ class DeploymentJob:
 
     def _check_transport(self, result: PointResult) -> None:
         """Record which UCX transports moved KV and flag a slow path or a slow link."""
-        from pdbench.ucx_proto import slow_transport_flag, transports_in_log
 
-        transport = self.deployment.config["transport"]
-        for inst in self.deployment.instances:
+        transport = self.deployment.transport
+        for inst in self._ran.instances:
             if inst.role == "mixed":
                 continue
-            used = transports_in_log(self._logs / f"{inst.name}.log")
+            used = transports_in_log(Path(inst.log_path))
             result.transport_used[inst.name] = used
-            flag = slow_transport_flag(transport["kv_buffer_device"], used["read"])
-            if flag and flag not in result.flags:
-                result.flags.append(f"{inst.name}: {flag}")
+            tls = inst.env.get("UCX_TLS", "")  # what the server ran with (its launch spec)
+            if tcp_fallback(used["read"], tls):
+                result.flags.append(
+                    f"{inst.name}: KV reads went over {used['read']}: TCP, though UCX_TLS="
+                    f"{tls or '(unset)'} does not name it; UCX found no faster path (check "
+                    "UCX_TLS, GPUDirect RDMA, cuda_ipc)"
+                )
         stalled = self._expired_prefill_leases(result.point_id)
         if stalled:
             result.flags.append(
@@ -366,7 +342,7 @@ class DeploymentJob:
             )
         t = result.transfer
         if t.failed:
-            policy = self.deployment.config["server"]["kv_load_failure_policy"]
+            policy = self.deployment.server.kv_load_failure_policy
             then = {"recompute": "recomputed their blocks", "fail": "failed their requests"}
             result.flags.append(
                 f"{t.failed:g} KV transfer(s) failed (vllm:nixl_num_failed_transfers); vLLM "
@@ -378,20 +354,22 @@ class DeploymentJob:
                 "(vllm:nixl_num_notifications_after_expiry): those requests may have used KV "
                 "that was no longer theirs; check their outputs against agg"
             )
-        expected = float(transport.get("expected_gb_s") or 0.0)
+        expected = float(transport.expected_gb_s)
         if expected > 0 and t.seconds > 0 and t.bytes / t.seconds / 1e9 < 0.1 * expected:
             result.flags.append(
                 f"KV moved at {t.bytes / t.seconds / 1e9:.2f} GB/s, under 10% of the "
-                f"{expected:g} GB/s transport.expected_gb_s for {transport['name']}"
+                f"{expected:g} GB/s transport.expected_gb_s for {transport.name}"
             )
 
     def _expired_prefill_leases(self, point_id: str) -> int:
         """P requests of this Point whose blocks D never read before P's lease ran out."""
         needle = "Releasing expired KV blocks for request"
         count = 0
-        for inst in self.deployment.by_role("prefill"):
+        for inst in self._ran.instances:
+            if inst.role != "prefill":
+                continue
             try:
-                text = (self._logs / f"{inst.name}.log").read_text(errors="replace")
+                text = Path(inst.log_path).read_text(errors="replace")
             except OSError:
                 continue
             count += sum(
@@ -402,10 +380,7 @@ class DeploymentJob:
         return count
 
     async def _drive(self, point: Point, urls, router_url: str, label: str):
-        import aiohttp
-
-        from pdbench import metrics
-        from pdbench.workload import LoadGenerator, RequestOptions, build_conversations
+        import aiohttp  # lazy: ~0.4 s, on the allocation only (the driver imports jobs/)
 
         dep = self.deployment
         wl = point.workload
@@ -417,28 +392,16 @@ class DeploymentJob:
             Flow.pull: prefill_names,
             Flow.decode_first: prefill_names + [i.name for i in dep.by_role("decode")],
         }[point.flow]
-        specs = build_conversations(
-            wl["conversations"],
-            wl["turns"],
-            wl["user_tokens"],
-            point.history_tokens,
-            self.settings.vocab_size,
-            wl["seed"],
-            kind=wl["kind"],
-            jitter=wl.get("user_tokens_jitter", 0.0),
-            output_tokens=wl["output_tokens"],
-            output_jitter=wl.get("output_tokens_jitter", 0.0),
-            distribution=wl.get("length_distribution", "uniform"),
-        )
+        specs = build_conversations(wl, point.history_tokens, dep.model.vocab_size)
         opts = RequestOptions(
             url=router_url,
             model=served_model_name(dep),
-            output_tokens=wl["output_tokens"],
+            output_tokens=wl.output_tokens,
             flow=point.flow.value,
             salt=point.point_id,
-            timeout_s=wl["request_timeout_s"],
+            timeout_s=wl.request_timeout_s,
         )
-        gen = LoadGenerator(opts, wl["concurrency"], wl["request_rate"], wl["seed"])
+        gen = LoadGenerator(opts, wl.concurrency, wl.request_rate, wl.seed)
         per_turn: list = []
         totals: dict[str, dict[str, float]] = {}
         async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30)) as session:
@@ -473,22 +436,8 @@ class DeploymentJob:
         return records, per_turn, totals, duration, router_stats
 
 
-def _deployment_record(dep: Deployment) -> dict[str, Any]:
-    cfg = dep.config
-    return {
-        "deployment_id": dep.deployment_id,
-        "model": cfg["model"],
-        "topology": cfg["topology"],
-        "transport": cfg["transport"],
-        "server": cfg["server"],
-        "kv_recompute_threshold": dep.kv_recompute_threshold,
-        "bidirectional": dep.bidirectional,
-        "instances": [to_jsonable(i) for i in dep.instances],
-    }
-
-
 def _raise_interrupted(signum, frame):
     raise JobInterrupted(f"signal {signum}")
 
 
-__all__ = ["DeploymentJob", "JobSettings", "ServerStartError"]
+__all__ = ["DeploymentJob", "ServerStartError"]

@@ -1,12 +1,11 @@
-"""The KV-shaped NIXL transfer bench: the job its two tasks run, and the driver submitting it.
+"""The KV-shaped NIXL transfer bench: the job its two tasks run, and its sweep (pure).
 
-``python -m pdbench +experiment=transfer_bench [model=llama3_8b] [cluster=slurm]`` calls
-``run_transfer_bench(cfg)``: plan the sweep (pure), skip cases already recorded ``ok``,
-submit one 2-node job (locally: 2 tasks on this machine), follow its progress, print the
-GB/s table. Task 0 owns the KV buffer (P), task 1 reads it (D); ``connector.bench`` does the
-measuring and each record lands in ``<run_dir>/transfer_bench/<record_id>.json``
-(schema: ``connector.bench_record``). Logs, UCX protocol tables and the rendezvous files
-sit under ``<run_dir>/logs/transfer_bench/``.
+``python -m pdbench +experiment=transfer_bench [model=llama3_8b] [cluster=slurm]`` goes
+through ``pdbench.launch.run_transfer_bench``: validated and submitted like every launch, one
+2-node job (locally: 2 tasks on this machine). Task 0 owns the KV buffer (P), task 1 reads it
+(D); ``connector.bench`` does the measuring and each record lands in
+``<run_dir>/transfer_bench/<record_id>.json`` (schema: ``connector.bench_record``). Logs, UCX
+protocol tables and the rendezvous files sit under ``<run_dir>/logs/transfer_bench/``.
 """
 
 from __future__ import annotations
@@ -14,18 +13,22 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from connector.bench_plan import BenchSpec, pending_cases, plan_bench
-from connector.bench_record import format_table
+import submitit
+
+from connector.bench import run_bench_task
+from connector.bench_plan import BenchSpec, plan_bench
 from connector.layout import KVShape, dtype_nbytes
+from pdbench.config import RunConfig
 from pdbench.results import write_json_atomic
-
-if TYPE_CHECKING:
-    from pdbench.config import RunConfig
 
 JOB_NAME = "pdbench-transfer-bench"
 RECORDS_DIR = "transfer_bench"
+
+
+def submitit_folder(run_dir: str | Path) -> Path:
+    return Path(run_dir) / "logs" / RECORDS_DIR / "submitit"
 
 
 def kv_shape(cfg: RunConfig) -> KVShape:
@@ -76,8 +79,6 @@ def recorded_ok(run_dir: str | Path) -> set[str]:
 
 def task_rank() -> tuple[int, str]:
     """(global rank, job id) from submitit's environment."""
-    import submitit
-
     env = submitit.JobEnvironment()
     return env.global_rank, str(env.job_id)
 
@@ -90,8 +91,6 @@ class TransferBenchJob:
     run_dir: str
 
     def __call__(self) -> dict[str, Any]:
-        from connector.bench import run_bench_task
-
         rank, job_id = task_rank()
         out = records_dir(self.run_dir)
 
@@ -118,49 +117,3 @@ def describe(spec: BenchSpec) -> str:
             f"{c.tokens} tok = {c.blocks} blocks"
         )
     return "\n".join(lines)
-
-
-def run_transfer_bench(cfg: RunConfig) -> Path:
-    """Plan, submit, follow and tabulate the transfer bench; the records' directory."""
-    from pdbench.config import ExecutorKind
-    from pdbench.executors import make_executor
-    from pdbench.progress import follow
-
-    out = records_dir(cfg.dir)
-    spec = bench_spec(cfg)
-    total = len(spec.cases)
-    if cfg.launch.resume:
-        spec = pending_cases(spec, recorded_ok(cfg.dir))
-    print(describe(spec), flush=True)
-    if total > len(spec.cases):
-        print(f"  ({total - len(spec.cases)} of {total} cases already recorded ok: skipped)")
-    if cfg.launch.dry_run or not spec.cases:
-        if not spec.cases:
-            print(format_table(load_records(cfg.dir)))
-        return out
-    if cfg.cluster.executor is ExecutorKind.debug:
-        raise ValueError(
-            "the transfer bench needs two tasks; cluster=debug runs one: "
-            "use cluster=local or cluster=slurm"
-        )
-    folder = Path(cfg.dir) / "logs" / RECORDS_DIR / "submitit"
-    executor = make_executor(cfg.cluster, folder, nodes=2, job_name=JOB_NAME)
-    job = executor.submit(TransferBenchJob(spec, str(Path(cfg.dir).resolve())))
-    print(
-        f"[pdbench] submitted transfer bench job {job.job_id} ({len(spec.cases)} cases); "
-        f"logs in {folder}",
-        flush=True,
-    )
-    wanted = {c.record_id for c in spec.cases}
-
-    def recorded() -> str:
-        return f"{len(wanted & {r['record_id'] for r in load_records(cfg.dir)})}/{len(wanted)}"
-
-    outcome = follow(job, recorded)
-    error = outcome.get("error", "")
-    records = load_records(cfg.dir)
-    print(format_table(records), flush=True)
-    print(f"records: {out}")
-    if error:
-        raise RuntimeError(f"transfer bench job {job.job_id} failed: {error}\n  logs: {folder}")
-    return out

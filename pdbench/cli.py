@@ -10,22 +10,25 @@ as far as a launch. ``dispatch`` then runs one typed job's ``command``.
 from __future__ import annotations
 
 import difflib
+import os
+import shutil
+import sys
+import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from hydra import compose, initialize_config_dir
-from hydra._internal.utils import get_args_parser  # the parser hydra.main itself uses
-from hydra.core.global_hydra import GlobalHydra
-from hydra.core.hydra_config import HydraConfig
-from hydra.errors import HydraException
 from omegaconf import OmegaConf, open_dict
 from omegaconf.errors import OmegaConfBaseException
 
 from pdbench.conf_tree import CONF_DIR, ROOT_CONFIG
 from pdbench.config import Command, RunConfig, register_configs
+from pdbench.launch import launch, run_transfer_bench
 from pdbench.overrides import OverrideError, check_overrides, combinations, schema
-from pdbench.validate import validate
+from pdbench.report_table import print_run_table
+from pdbench.results import RunStore
+from pdbench.status import print_status
+from pdbench.validate import ConfigError, validate
 
 RUN_ALIASES = ("run.dir=", "run.name=")  # older spellings of dir= and name=
 CHECK_VERB = "check"  # validate the command line's jobs, start nothing
@@ -84,6 +87,9 @@ def _flag_error(flag: str) -> str:
 
 def parse_argv(argv: list[str]) -> Invocation:
     """Hydra's options apart from overrides; verbs (``status``) become ``command=``."""
+    # The parser hydra.main itself uses (hydra costs ~0.4 s that --help must not pay).
+    from hydra._internal.utils import get_args_parser  # lazy: hydra, not for --help
+
     args, unknown = get_args_parser().parse_known_intermixed_args(argv)
     inv = Invocation(overrides=[], flags=[])
     flag_words = [w for w in unknown if w.startswith("-")]
@@ -116,6 +122,10 @@ def parse_argv(argv: list[str]) -> Invocation:
 
 def compose_job(overrides: list[str]) -> RunConfig:
     """One job's typed config, composed from ``conf/`` as ``python -m pdbench`` does."""
+    from hydra import compose, initialize_config_dir  # lazy: hydra (~0.4 s), not for --help
+    from hydra.core.global_hydra import GlobalHydra  # lazy: as above
+    from hydra.core.hydra_config import HydraConfig  # lazy: as above
+
     register_configs()
     GlobalHydra.instance().clear()
     try:
@@ -180,6 +190,8 @@ class Job:
 
 def precheck(inv: Invocation) -> list[Job]:
     """Every job of the command line, typed and validated; ``UsageError`` otherwise."""
+    from hydra.errors import HydraException  # lazy: hydra, not for --help
+
     errors = list(inv.errors)
     try:
         parsed = check_overrides(inv.overrides)
@@ -229,10 +241,6 @@ def print_checked(jobs: list[Job]) -> None:
 
 
 def _run(cfg: RunConfig) -> None:
-    from pdbench.launch import launch
-    from pdbench.report_table import print_run_table
-    from pdbench.results import RunStore
-
     outcome = launch(cfg)
     if outcome.get("dry_run"):
         return
@@ -244,14 +252,10 @@ def _run(cfg: RunConfig) -> None:
 
 
 def _status(cfg: RunConfig) -> None:
-    from pdbench.status import print_status
-
     print_status(cfg.dir)
 
 
 def _transfer_bench(cfg: RunConfig) -> None:
-    from jobs.transfer_bench import run_transfer_bench
-
     run_transfer_bench(cfg)
 
 
@@ -265,3 +269,65 @@ COMMANDS: dict[Command, Callable[[RunConfig], None]] = {
 def dispatch(cfg: RunConfig) -> None:
     cfg.dir = str(Path(cfg.dir).expanduser().resolve())  # jobs may start elsewhere
     COMMANDS[cfg.command](cfg)
+
+
+DEBUG_FLAG = "--debug"
+DEBUG_ENV = "PDBENCH_DEBUG"
+USAGE_EXIT = 2
+
+
+def _debug(argv: list[str]) -> bool:
+    return DEBUG_FLAG in argv or os.environ.get(DEBUG_ENV, "") not in ("", "0")
+
+
+def _fail(err: BaseException, debug: bool) -> None:
+    if debug:
+        raise err
+    print(f"pdbench: {err}", file=sys.stderr)
+    raise SystemExit(USAGE_EXIT)
+
+
+def _run_hydra(argv: list[str], debug: bool) -> None:
+    import hydra  # lazy: hydra (~0.4 s) only when a job runs, not for --help
+    from omegaconf import DictConfig, OmegaConf  # lazy: with hydra
+
+    register_configs()
+
+    @hydra.main(config_path="../conf", config_name="config", version_base="1.3")
+    def entry(dcfg: DictConfig) -> None:
+        cfg: RunConfig = OmegaConf.to_object(dcfg)  # typed once, here
+        try:
+            dispatch(cfg)
+        except ConfigError as err:
+            _fail(err, debug)
+
+    if debug:
+        os.environ["HYDRA_FULL_ERROR"] = "1"
+    sys.argv = [sys.argv[0], *argv]
+    entry()
+
+
+def main(argv: list[str]) -> None:
+    """``python -m pdbench ARGV`` (but ``--help``: ``pdbench.help``)."""
+    debug = _debug(argv)
+    argv = [a for a in argv if a != DEBUG_FLAG]
+    inv = parse_argv(argv)
+    jobs = []
+    if not inv.show_only:
+        try:
+            jobs = precheck(inv)
+        except UsageError as err:
+            _fail(err, debug)
+    if inv.check_only:
+        print_checked(jobs)
+        return
+    hydra_argv = inv.argv
+    sweep_dir = ""
+    if inv.multirun and jobs and leaves_nothing(jobs):
+        sweep_dir = tempfile.mkdtemp(prefix="pdbench-sweep-")  # Hydra's folders go here
+        hydra_argv = [*hydra_argv, f"hydra.sweep.dir={sweep_dir}"]
+    try:
+        _run_hydra(hydra_argv, debug)
+    finally:
+        if sweep_dir:
+            shutil.rmtree(sweep_dir, ignore_errors=True)

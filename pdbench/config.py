@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
-from omegaconf import MISSING
+from omegaconf import MISSING, OmegaConf
 
 from connector.bench_config import TransferBenchConfig
 
@@ -25,7 +25,7 @@ class ExecutorKind(Enum):
 
 
 class Flow(Enum):
-    """How the router serves one conversation turn (DESIGN.md, "Flows")."""
+    """How the router serves one conversation turn (README.md, "Flows"; pdbench/router.py)."""
 
     agg = "agg"
     recompute = "recompute"
@@ -297,8 +297,7 @@ def by_device(gpus_per_node: int, on_gpus: Any, on_cpus: Any) -> Any:
 def register_configs() -> None:
     """Put the schemas in Hydra's ConfigStore (``base_run`` and ``<group>/base_<group>``) and
     the ``pdbench.*`` resolvers the YAML files use."""
-    from hydra.core.config_store import ConfigStore
-    from omegaconf import OmegaConf
+    from hydra.core.config_store import ConfigStore  # lazy: hydra only where configs are composed
 
     OmegaConf.register_new_resolver("pdbench.by_device", by_device, replace=True)
     store = ConfigStore.instance()

@@ -52,6 +52,14 @@ def _rows(pairs, width: int = 22) -> list[str]:
     return out
 
 
+HELP_FLAGS = ("-h", "--help")
+
+
+def help_requested(argv: list[str]) -> bool:
+    """Whether the command line asks for this page (Hydra's own: ``--hydra-help``)."""
+    return any(arg in HELP_FLAGS for arg in argv)
+
+
 def help_page() -> str:
     tree = groups()
     defaults = default_choices()

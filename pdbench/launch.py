@@ -8,93 +8,46 @@ gets them all at once as an array, capped by ``cluster.array_parallelism``.
 from __future__ import annotations
 
 import json
-import sys
+import shutil
+import subprocess
 import time
 from pathlib import Path
 from typing import Any
 
+from connector.bench_plan import pending_cases
+from connector.bench_record import format_table
+from jobs import transfer_bench
+from jobs.deployment import DeploymentJob
+from pdbench import provenance, tiny_model
 from pdbench.config import ExecutorKind, RunConfig
+from pdbench.executors import make_executor
+from pdbench.launch_spec import LaunchSpec, build_launch, describe
 from pdbench.plan import Deployment, Plan, make_plan, to_jsonable
-from pdbench.results import RunStore
-
-
-def job_settings(cfg: RunConfig, model_path: str):
-    from jobs.deployment import JobSettings
-
-    return JobSettings(
-        model_path=model_path,
-        vocab_size=cfg.model.vocab_size,
-        python=cfg.cluster.python or sys.executable,
-        local=cfg.cluster.executor is not ExecutorKind.slurm,
-        startup_timeout_s=cfg.server.startup_timeout_s,
-        router_port=cfg.server.router_port,
-        cache_hit_threshold=cfg.flow.cache_hit_threshold,
-        decode_first_fallback=cfg.flow.decode_first_fallback.value,
-        decoder_kv_blocks_ttl_s=cfg.flow.decoder_kv_blocks_ttl_s,
-        request_timeout_s=cfg.workload.request_timeout_s,
-        tracking=to_jsonable(cfg.tracking),
-        run_config=to_jsonable(cfg),
-    )
-
-
-def job_name(dep) -> str:
-    """The SLURM job name of a deployment (the dry run prints what is submitted)."""
-    return f"pdbench-{dep.deployment_id}"
+from pdbench.progress import follow
+from pdbench.results import PointStatus, RunStore
+from pdbench.validate import check
 
 
 def model_path_for(cfg: RunConfig, create: bool) -> str:
     """The served model's directory; the tiny model is generated (once) when ``create``."""
-    if not cfg.model.generate:
-        return cfg.model.path
-    from pdbench import tiny_model
-
-    if create:
-        return str(tiny_model.ensure_tiny_model(cfg.model, cfg.cache_dir))
+    if create or not cfg.model.generate:
+        return tiny_model.resolve_model_path(cfg.model, cfg.cache_dir)
     return str(tiny_model.tiny_model_dir(cfg.model, cfg.cache_dir))
 
 
-def describe_plan(cfg: RunConfig, plan: Plan, model_path: str) -> str:
-    """Human-readable dry run: deployments, per-node commands and env, points, sbatch text."""
-    import shlex
-
-    from pdbench.serve_command import serve_command, serve_env
-
-    lines = [f"run dir: {cfg.dir}", f"executor: {cfg.cluster.executor.value}", ""]
-    python = cfg.cluster.python or sys.executable
-    for dep in plan.deployments:
-        lines.append(f"deployment {dep.deployment_id}: {dep.nodes} node(s)")
-        for node in range(dep.nodes):
-            host = (
-                "127.0.0.1" if cfg.cluster.executor is not ExecutorKind.slurm else f"<node{node}>"
-            )
-            lines.append(f"  node {node}:")
-            for inst in dep.instances_on(node):
-                env = serve_env(dep, inst, host, f"{cfg.dir}/kvparams", f"{cfg.dir}/traces")
-                cmd = serve_command(dep, inst, model_path, host, python)
-                lines.append(
-                    f"    {inst.name} ({inst.role}, tp={inst.tp}, gpus={list(inst.gpus)}):"
-                )
-                lines.append(
-                    "      env " + " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items())
-                )
-                lines.append("      " + shlex.join(cmd))
-        for point in plan.points[dep.deployment_id]:
-            lines.append(
-                f"  point {point.point_id}: flow={point.flow.value} history={point.history_tokens}"
-            )
-        if cfg.cluster.executor is ExecutorKind.slurm:
-            from pdbench.sbatch import sbatch_script
-
-            lines.append("  sbatch script:")
-            text = sbatch_script(cfg.cluster, dep.nodes, job_name(dep), Path(cfg.dir) / "submitit")
-            lines += ["    " + line for line in text.splitlines()]
-        lines.append("")
-    return "\n".join(lines)
+def pending_deployments(plan: Plan, store: RunStore) -> list[str]:
+    """Ids of the Deployments with a Point not yet recorded ``ok`` (what a launch submits)."""
+    return [
+        d.deployment_id
+        for d in plan.deployments
+        if any(
+            store.point_status(p.point_id) is not PointStatus.ok
+            for p in plan.points[d.deployment_id]
+        )
+    ]
 
 
 def write_manifest(cfg: RunConfig, plan: Plan, store: RunStore, model_path: str) -> None:
-    from pdbench import provenance
-
     path = store.root / "manifest.json"
     previous = json.loads(path.read_text()) if path.exists() else {}
     manifest = {
@@ -142,80 +95,101 @@ def record_job(store: RunStore, deployment_id: str, job, executor: str) -> None:
 
 
 def launch(cfg: RunConfig) -> dict[str, Any]:
-    """Validate, plan, and either print the plan (dry run) or run it to completion."""
-    from pdbench.validate import check
-
+    """Validate, plan, and either print the launch (dry run) or run it to completion."""
     check(cfg)
     plan = make_plan(cfg)
+    store = RunStore(cfg.dir)
+    pending = pending_deployments(plan, store)
     if cfg.launch.dry_run:
-        print(describe_plan(cfg, plan, model_path_for(cfg, create=False)))
+        spec = build_launch(cfg, plan, model_path_for(cfg, create=False), pending)
+        print(describe(spec, plan))
         return {"dry_run": True, "deployments": len(plan.deployments)}
     model_path = model_path_for(cfg, create=True)
-    store = RunStore(cfg.dir)
     write_manifest(cfg, plan, store, model_path)
-    return submit_and_follow(cfg, plan, store, model_path)
-
-
-def submit_and_follow(cfg: RunConfig, plan: Plan, store: RunStore, model_path: str):
-    from jobs.deployment import DeploymentJob
-    from pdbench.executors import make_executor
-    from pdbench.progress import follow
-
-    settings = job_settings(cfg, model_path)
-    pending = [
-        d
-        for d in plan.deployments
-        if any(store.point_status(p.point_id) != "ok" for p in plan.points[d.deployment_id])
-    ]
     if not pending:
         print(f"[pdbench] every point is already recorded ok in {store.root}")
         return {"submitted": 0}
-    folder = store.root / "submitit"
-    job_fns = [
-        DeploymentJob(str(store.root), d, plan.points[d.deployment_id], settings) for d in pending
-    ]
+    if cfg.cluster.executor is ExecutorKind.slurm:
+        check_slurm_reachable()
+    return submit_and_follow(cfg, plan, store, build_launch(cfg, plan, model_path, pending))
+
+
+def submit_and_follow(cfg: RunConfig, plan: Plan, store: RunStore, spec: LaunchSpec):
+    """Submit ``spec``'s submissions and follow their jobs to the end."""
+    deployments = {d.deployment_id: d for d in plan.deployments}
+    run_config = to_jsonable(cfg)
+
+    def job_of(deployment_id: str) -> DeploymentJob:
+        dep = deployments[deployment_id]
+        return DeploymentJob(
+            deployment=dep,
+            points=plan.points[deployment_id],
+            spec=spec.deployment(deployment_id),
+            tracking=cfg.tracking,
+            run_config=run_config,
+        )
+
+    folder = Path(spec.submitit_folder)
+    executor_name = cfg.cluster.executor.value
     if cfg.cluster.executor is not ExecutorKind.slurm:
         # Local jobs share this machine's cores and ports: one after another.
         results = []
-        for i, (dep, job_fn) in enumerate(zip(pending, job_fns, strict=True)):
-            executor = make_executor(cfg.cluster, folder, dep.nodes, job_name(dep))
-            job = executor.submit(job_fn)
-            record_job(store, dep.deployment_id, job, cfg.cluster.executor.value)
-            print(f"[pdbench] submitted {dep.deployment_id} as job {job.job_id}", flush=True)
+        for i, sub in enumerate(spec.submissions):
+            (dep_id,) = sub.deployment_ids
+            executor = make_executor(cfg.cluster, folder, sub.nodes, sub.job_name)
+            job = executor.submit(job_of(dep_id))
+            record_job(store, dep_id, job, executor_name)
+            print(f"[pdbench] submitted {dep_id} as job {job.job_id}", flush=True)
             results.append(follow(job, points_recorded(plan, store)))
-            if stop_after(cfg, plan, store, dep, results[-1]):
-                not_started = [d.deployment_id for d in pending[i + 1 :]]
+            if stop_after(cfg, plan, store, deployments[dep_id], results[-1]):
+                not_started = [d for s in spec.submissions[i + 1 :] for d in s.deployment_ids]
                 if not_started:
                     print(f"[pdbench] launch.on_failure=stop: not starting {not_started}")
                 break
         return {"submitted": len(results), "results": results}
-    check_slurm_reachable()
-    # SLURM: every deployment of the plan spans the same nodes, so they go out as one job
-    # array, at most cluster.array_parallelism running at once.
-    name = job_name(pending[0]) if len(pending) == 1 else f"pdbench-{cfg.name}"
-    executor = make_executor(cfg.cluster, folder, pending[0].nodes, name)
+    (sub,) = spec.submissions
+    executor = make_executor(cfg.cluster, folder, sub.nodes, sub.job_name)
     with executor.batch():
-        jobs = [executor.submit(job_fn) for job_fn in job_fns]
-    for dep, job in zip(pending, jobs, strict=True):
-        record_job(store, dep.deployment_id, job, cfg.cluster.executor.value)
-        print(f"[pdbench] submitted {dep.deployment_id} as job {job.job_id}", flush=True)
+        jobs = [executor.submit(job_of(dep_id)) for dep_id in sub.deployment_ids]
+    check_submitted_sbatch(jobs[0], sub.sbatch)
+    for dep_id, job in zip(sub.deployment_ids, jobs, strict=True):
+        record_job(store, dep_id, job, executor_name)
+        print(f"[pdbench] submitted {dep_id} as job {job.job_id}", flush=True)
     results = []
-    for i, (dep, job) in enumerate(zip(pending, jobs, strict=True)):
+    for i, (dep_id, job) in enumerate(zip(sub.deployment_ids, jobs, strict=True)):
         results.append(follow(job, points_recorded(plan, store)))
-        if stop_after(cfg, plan, store, dep, results[-1]):
+        if stop_after(cfg, plan, store, deployments[dep_id], results[-1]):
             for other in jobs[i + 1 :]:
                 if not other.done():
                     other.cancel(check=False)
                     print(f"[pdbench] launch.on_failure=stop: cancelled job {other.job_id}")
             break
-    return {"submitted": len(pending), "results": results}
+    return {"submitted": len(sub.deployment_ids), "results": results}
+
+
+def check_submitted_sbatch(job, planned: str) -> None:
+    """Say so loudly if the sbatch file submitit gave SLURM is not the one the spec holds
+    (and the dry run printed): a submitit upgrade that changed it, for instance."""
+    path = Path(job.paths.submission_file)
+    try:
+        submitted = path.read_text()
+    except OSError:
+        return
+    if submitted != planned:
+        print(
+            f"[pdbench] WARNING: the sbatch file SLURM got ({path}) differs from the launch "
+            "spec's (what launch.dry_run=true prints); check the submitit version",
+            flush=True,
+        )
 
 
 def deployment_failed(plan: Plan, store: RunStore, dep: Deployment, result: dict) -> bool:
     """A Deployment failed when its job did, or when any of its Points is not ``ok``."""
     if "error" in result:
         return True
-    return any(store.point_status(p.point_id) != "ok" for p in plan.points[dep.deployment_id])
+    return any(
+        store.point_status(p.point_id) is not PointStatus.ok for p in plan.points[dep.deployment_id]
+    )
 
 
 def stop_after(cfg: RunConfig, plan: Plan, store: RunStore, dep: Deployment, result: dict) -> bool:
@@ -225,9 +199,6 @@ def stop_after(cfg: RunConfig, plan: Plan, store: RunStore, dep: Deployment, res
 
 def check_slurm_reachable() -> None:
     """Fail before submitting anything when no SLURM controller answers."""
-    import shutil
-    import subprocess
-
     if shutil.which("sinfo") is None:
         raise SystemExit(
             "cluster.executor=slurm but there is no `sinfo` here. Fix: run on a SLURM login "
@@ -244,8 +215,52 @@ def check_slurm_reachable() -> None:
 def points_recorded(plan: Plan, store: RunStore):
     """A progress counter: Points with a record (ok or failed) of all planned."""
     ids = [p.point_id for p in plan.all_points()]
-    return lambda: f"{sum(store.point_status(i) != 'pending' for i in ids)}/{len(ids)} points"
+    return lambda: (
+        f"{sum(store.point_status(i) is not PointStatus.pending for i in ids)}/{len(ids)} points"
+    )
 
 
-def run_dir_of(cfg: RunConfig) -> Path:
-    return Path(cfg.dir)
+def run_transfer_bench(cfg: RunConfig) -> Path:
+    """Validate, plan, submit, follow and tabulate the transfer bench (``command=
+    transfer_bench``): the same checks as every launch. Returns the records' directory."""
+    check(cfg)
+    out = transfer_bench.records_dir(cfg.dir)
+    spec = transfer_bench.bench_spec(cfg)
+    total = len(spec.cases)
+    if cfg.launch.resume:
+        spec = pending_cases(spec, transfer_bench.recorded_ok(cfg.dir))
+    print(transfer_bench.describe(spec), flush=True)
+    if total > len(spec.cases):
+        print(f"  ({total - len(spec.cases)} of {total} cases already recorded ok: skipped)")
+    if cfg.launch.dry_run or not spec.cases:
+        if not spec.cases:
+            print(format_table(transfer_bench.load_records(cfg.dir)))
+        return out
+    if cfg.cluster.executor is ExecutorKind.debug:
+        raise ValueError(
+            "the transfer bench needs two tasks; cluster=debug runs one: "
+            "use cluster=local or cluster=slurm"
+        )
+    if cfg.cluster.executor is ExecutorKind.slurm:
+        check_slurm_reachable()
+    folder = transfer_bench.submitit_folder(cfg.dir)
+    executor = make_executor(cfg.cluster, folder, nodes=2, job_name=transfer_bench.JOB_NAME)
+    job = executor.submit(transfer_bench.TransferBenchJob(spec, str(Path(cfg.dir).resolve())))
+    print(
+        f"[pdbench] submitted transfer bench job {job.job_id} ({len(spec.cases)} cases); "
+        f"logs in {folder}",
+        flush=True,
+    )
+    wanted = {c.record_id for c in spec.cases}
+
+    def recorded() -> str:
+        done = {r["record_id"] for r in transfer_bench.load_records(cfg.dir)}
+        return f"{len(wanted & done)}/{len(wanted)}"
+
+    outcome = follow(job, recorded)
+    error = outcome.get("error", "")
+    print(format_table(transfer_bench.load_records(cfg.dir)), flush=True)
+    print(f"records: {out}")
+    if error:
+        raise RuntimeError(f"transfer bench job {job.job_id} failed: {error}\n  logs: {folder}")
+    return out

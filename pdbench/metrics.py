@@ -9,7 +9,6 @@ queries and hits; every ``vllm:nixl_*`` series (histogram ``_sum``/``_count`` an
 from __future__ import annotations
 
 import re
-import urllib.request
 
 _LINE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})?\s+(\S+)")
 _SOURCE = re.compile(r'source="([^"]+)"')
@@ -58,11 +57,6 @@ def delta(before: dict[str, float], after: dict[str, float]) -> dict[str, float]
         k: after.get(k, 0.0) if k in GAUGES else after.get(k, 0.0) - before.get(k, 0.0)
         for k in sorted(keys)
     }
-
-
-def scrape(base_url: str, timeout_s: float = 5.0) -> dict[str, float]:
-    with urllib.request.urlopen(f"{base_url}/metrics", timeout=timeout_s) as resp:
-        return parse_prometheus(resp.read().decode())
 
 
 async def scrape_async(session, base_url: str) -> dict[str, float]:

@@ -14,6 +14,7 @@ instances on the nodes after them. Ports: instance ``i`` (global order) listens 
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import json
 import os
@@ -21,7 +22,18 @@ from dataclasses import asdict, dataclass, field, replace
 from enum import Enum
 from typing import Any
 
-from pdbench.config import Flow, Placement, RunConfig
+from pdbench.config import (
+    ConnectorConfig,
+    Flow,
+    FlowConfig,
+    ModelConfig,
+    Placement,
+    RunConfig,
+    ServerConfig,
+    TopologyConfig,
+    TransportConfig,
+    WorkloadConfig,
+)
 
 SIDE_CHANNEL_STRIDE = 64
 PD_FLOWS = (Flow.recompute, Flow.pull, Flow.decode_first)
@@ -44,18 +56,53 @@ class Instance:
 
 @dataclass
 class Deployment:
+    """Servers that can stay up for several Points, with the typed configs that make them.
+
+    ``flow`` carries the connector and router knobs (``decoder_kv_blocks_ttl_s``,
+    ``cache_hit_threshold``, ``decode_first_fallback``); ``kv_recompute_threshold`` is this
+    Deployment's own (one of ``flow.kv_recompute_thresholds`` in a threshold sweep).
+    """
+
     deployment_id: str
     nodes: int
     instances: list[Instance]
     kv_recompute_threshold: int
     bidirectional: bool
-    config: dict[str, Any]  # model, topology, transport, server, flow knobs (JSON-able)
+    model: ModelConfig
+    topology: TopologyConfig
+    transport: TransportConfig
+    server: ServerConfig
+    flow: FlowConfig
+    connector: ConnectorConfig
+
+    def key(self) -> dict[str, Any]:
+        """What the id hashes: servers that differ in any of these cannot be shared."""
+        return {
+            "model": to_jsonable(self.model),
+            "topology": to_jsonable(self.topology),
+            "transport": to_jsonable(self.transport),
+            "server": to_jsonable(self.server),
+            "kv_recompute_threshold": self.kv_recompute_threshold,
+            "decoder_kv_blocks_ttl_s": self.flow.decoder_kv_blocks_ttl_s,
+            "bidirectional": self.bidirectional,
+            "trace": self.connector.trace,
+        }
+
+    def record(self) -> dict[str, Any]:
+        """The Deployment as each PointResult keeps it (JSON)."""
+        return {
+            "deployment_id": self.deployment_id,
+            "model": to_jsonable(self.model),
+            "topology": to_jsonable(self.topology),
+            "transport": to_jsonable(self.transport),
+            "server": to_jsonable(self.server),
+            "kv_recompute_threshold": self.kv_recompute_threshold,
+            "bidirectional": self.bidirectional,
+            "instances": [to_jsonable(i) for i in self.instances],
+        }
 
     def by_role(self, role: str) -> list[Instance]:
         return [i for i in self.instances if i.role == role]
-
-    def instances_on(self, node: int) -> list[Instance]:
-        return [i for i in self.instances if i.node == node]
 
     @property
     def agg_instance(self) -> Instance:
@@ -66,11 +113,18 @@ class Deployment:
 
 @dataclass
 class Point:
+    """One measured workload on a Deployment: ``workload.history_tokens`` is
+    ``[history_tokens]``, this Point's value of the sweep axis."""
+
     point_id: str
     deployment_id: str
     flow: Flow
     history_tokens: int
-    workload: dict[str, Any]
+    workload: WorkloadConfig
+
+    def workload_record(self) -> dict[str, Any]:
+        """The workload as the id hashes it and records keep it: ``history_tokens`` a number."""
+        return workload_record(self.workload, self.history_tokens)
 
 
 @dataclass
@@ -154,53 +208,53 @@ def place_instances(cfg: RunConfig) -> tuple[list[Instance], int]:
     return instances, node + 1
 
 
-def deployment_key(cfg: RunConfig, threshold: int, bidirectional: bool) -> dict[str, Any]:
-    """What makes a deployment: servers that differ in any of these cannot be shared."""
-    return {
-        "model": to_jsonable(cfg.model),
-        "topology": to_jsonable(cfg.topology),
-        "transport": to_jsonable(cfg.transport),
-        "server": to_jsonable(cfg.server),
-        "kv_recompute_threshold": threshold,
-        "decoder_kv_blocks_ttl_s": cfg.flow.decoder_kv_blocks_ttl_s,
-        "bidirectional": bidirectional,
-        "trace": cfg.connector.trace,
-    }
+def workload_record(workload: WorkloadConfig, history_tokens: int) -> dict[str, Any]:
+    record = to_jsonable(workload)
+    record["history_tokens"] = history_tokens
+    return record
 
 
 def make_plan(cfg: RunConfig) -> Plan:
     """Deployments (one per ``kv_recompute_threshold``) x Points (flow x history length)."""
+    cfg = copy.deepcopy(cfg)  # the plan owns its configs: later edits of cfg do not leak in
     flows = list(dict.fromkeys(cfg.flow.flows))
     bidirectional = any(f in (Flow.pull, Flow.decode_first) for f in flows)
     thresholds = cfg.flow.kv_recompute_thresholds or [cfg.flow.kv_recompute_threshold]
     instances, nodes = place_instances(cfg)
     plan = Plan(deployments=[])
     for threshold in thresholds:
-        key = deployment_key(cfg, threshold, bidirectional)
         name = f"{cfg.model.name}-{cfg.topology.name}-{cfg.transport.name}-t{threshold}"
         dep = Deployment(
-            deployment_id=f"{name}-{stable_hash(key, 8)}",
+            deployment_id="",
             nodes=nodes,
             instances=list(instances),
             kv_recompute_threshold=threshold,
             bidirectional=bidirectional,
-            config=key,
+            model=cfg.model,
+            topology=cfg.topology,
+            transport=cfg.transport,
+            server=cfg.server,
+            flow=cfg.flow,
+            connector=cfg.connector,
         )
+        dep.deployment_id = f"{name}-{stable_hash(dep.key(), 8)}"
         plan.deployments.append(dep)
         points = []
         for history in cfg.workload.history_tokens:
             workload = replace(cfg.workload, history_tokens=[history])
-            wl = to_jsonable(workload)
-            wl["history_tokens"] = history
             for flow in flows:
-                pid_key = {"deployment": dep.deployment_id, "flow": flow.value, "workload": wl}
+                pid_key = {
+                    "deployment": dep.deployment_id,
+                    "flow": flow.value,
+                    "workload": workload_record(workload, history),
+                }
                 points.append(
                     Point(
                         point_id=f"{flow.value}-h{history}-{stable_hash(pid_key, 10)}",
                         deployment_id=dep.deployment_id,
                         flow=flow,
                         history_tokens=history,
-                        workload=wl,
+                        workload=workload,
                     )
                 )
         plan.points[dep.deployment_id] = points

@@ -5,6 +5,9 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Any
 
+from rich.console import Console
+from rich.table import Table
+
 
 def ttft_by_turn(points: list[dict[str, Any]]) -> tuple[list[str], list[list[str]]]:
     """Columns (flows) and rows (turns) of median TTFT in ms, with tokens computed / pulled."""
@@ -37,8 +40,6 @@ def ttft_by_turn(points: list[dict[str, Any]]) -> tuple[list[str], list[list[str
 
 
 def print_run_table(points: list[dict[str, Any]], run_dir: str) -> None:
-    from rich.console import Console
-    from rich.table import Table
 
     console = Console()
     if not points:

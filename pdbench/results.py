@@ -6,7 +6,8 @@ Layout of a run directory::
     <run.dir>/points/<point_id>.json        one PointResult, written atomically
     <run.dir>/requests/<point_id>.jsonl     one RequestRecord per line
     <run.dir>/logs/<deployment_id>/...      server, router and job logs
-    <run.dir>/traces/<point_id>/*.jsonl     per-transfer traces (connector.trace=true)
+    <run.dir>/launch/<deployment_id>.json   the launch spec the job ran (pdbench.launch_spec)
+    <run.dir>/traces/<deployment_id>/*.jsonl  per-transfer traces (connector.trace=true)
 
 Every write goes to a temporary file in the same directory and is renamed into place, so
 a crash leaves the old file or the new one, never a torn one. Analysis reads only these.
@@ -15,13 +16,25 @@ a crash leaves the old file or the new one, never a torn one. Analysis reads onl
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from dataclasses import asdict, dataclass, field
+from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
+from connector.shared_files import write_json_atomic, write_lines_atomic
+
+__all__ = ["write_json_atomic", "write_lines_atomic"]  # with the store: writers of run files
+
 SCHEMA_VERSION = 1
+
+
+class PointStatus(StrEnum):
+    """A Point's state in a run dir; the JSON records hold the value ("ok", ...)."""
+
+    ok = "ok"  # measured, every request answered
+    failed = "failed"  # measured or attempted, something failed (the record says what)
+    pending = "pending"  # no record yet (never written to a record)
+    corrupt = "corrupt"  # a record that does not parse (never written as such): measured again
 
 
 @dataclass
@@ -96,7 +109,7 @@ class TransferTotals:
 @dataclass
 class PointResult:
     point_id: str
-    status: str  # ok | failed
+    status: PointStatus  # ok | failed
     error: str
     flow: str
     deployment: dict[str, Any]
@@ -112,43 +125,14 @@ class PointResult:
     flags: list[str] = field(default_factory=list)  # warnings a reader must not miss
     router: dict[str, Any] = field(default_factory=dict)  # routes, retries, expired leases
     hosts: dict[str, str] = field(default_factory=dict)  # instance -> host:port
+    # The Deployment's launch spec as the job ran it (commands, env, addresses), run-relative
+    launch_spec_file: str = ""
     started_at: float = 0.0
     finished_at: float = 0.0
     schema_version: int = SCHEMA_VERSION
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
-
-
-def write_json_atomic(path: Path, data: Any) -> None:
-    """Write ``data`` as JSON to ``path`` through a temp file and a rename."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w") as f:
-            json.dump(data, f, indent=1, default=str)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
-def write_lines_atomic(path: Path, rows: list[dict[str, Any]]) -> None:
-    """Write rows as JSON lines to ``path`` atomically."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w") as f:
-            for row in rows:
-                f.write(json.dumps(row) + "\n")
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 class CorruptRecord(ValueError):
@@ -189,6 +173,10 @@ class RunStore:
     def logs_dir(self, deployment_id: str) -> Path:
         return self.root / "logs" / deployment_id
 
+    def launch_spec_path(self, deployment_id: str) -> Path:
+        """The launch spec a Deployment's job ran, addresses resolved (``launch_spec``)."""
+        return self.root / "launch" / f"{deployment_id}.json"
+
     def traces_dir(self, point_id: str) -> Path:
         return self.root / "traces" / point_id
 
@@ -211,13 +199,15 @@ class RunStore:
             return None
         return read_record(path)
 
-    def point_status(self, point_id: str) -> str:
+    def point_status(self, point_id: str) -> PointStatus:
         """``ok``, ``failed``, ``corrupt`` (unreadable: measured again) or ``pending``."""
         try:
             record = self.read_point(point_id)
         except CorruptRecord:
-            return "corrupt"
-        return "pending" if record is None else str(record.get("status", "failed"))
+            return PointStatus.corrupt
+        if record is None:
+            return PointStatus.pending
+        return PointStatus.ok if record.get("status") == PointStatus.ok else PointStatus.failed
 
     def iter_points(self) -> list[dict[str, Any]]:
         if not self.points_dir.exists():

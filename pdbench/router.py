@@ -30,29 +30,38 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-PATH_HEADER = "X-Pdbench-Path"
-# How long P took for this turn, as the router saw it (ms; absent when P was not asked): the
-# share of TTFT spent before D got the request.
-PREFILL_MS_HEADER = "X-Pdbench-Prefill-Ms"
-CONVERSATION_HEADER = "X-Pdbench-Conversation"
-TURN_HEADER = "X-Pdbench-Turn"
-FLOWS = ("agg", "recompute", "pull", "decode_first")
+import aiohttp
+from aiohttp import web
+
+from pdbench.config import Flow
+from pdbench.router_headers import (
+    CONVERSATION_HEADER,
+    PATH_HEADER,
+    PREFILL_MS_HEADER,
+    TURN_HEADER,
+)
+
+FLOWS = tuple(f.value for f in Flow)
 
 
 @dataclass
 class RouterConfig:
+    """The router's ``--config`` file. The settings come from the run's typed config
+    (``flow``, ``server.router_port``, ``workload.request_timeout_s``), written by the one
+    builder of launch artifacts: no defaults here that could drift from those."""
+
     prefill_urls: list[str]
     decode_urls: list[str]
     agg_urls: list[str]
     kv_params_dir: str
-    host: str = "127.0.0.1"
-    port: int = 8000
-    flow: str = "agg"
-    cache_hit_threshold: float = 0.8
-    decode_first_fallback: str = "pull"
-    decoder_kv_blocks_ttl_s: float = 60.0
-    request_timeout_s: float = 300.0
-    params_wait_s: float = 2.0
+    host: str
+    port: int
+    cache_hit_threshold: float
+    decode_first_fallback: str
+    decoder_kv_blocks_ttl_s: float
+    request_timeout_s: float
+    flow: str = "agg"  # the flow served until the job sets one (POST /pdbench/flow)
+    params_wait_s: float = 2.0  # how long to wait for D's exported KV params after a turn
 
 
 @dataclass
@@ -138,7 +147,6 @@ class Router:
 
     # ---- HTTP ----
     async def handle_completions(self, request):
-        from aiohttp import web
 
         raw = await request.read()
         body = _loads(raw)
@@ -208,7 +216,6 @@ class Router:
         """POST to an instance (``raw``: the body's JSON bytes, sent as they are). A keep-alive
         connection the server closed meanwhile fails before the request reaches it; only that
         is retried (once, with a little jitter): nothing was generated yet, so it is safe."""
-        import aiohttp
 
         data = raw if raw is not None else _dumps(body)
         headers = {"X-Request-Id": rid, "Content-Type": "application/json"}
@@ -240,7 +247,6 @@ class Router:
         headers: dict[str, str] | None = None,
     ):
         """Forward to ``url`` and pass its answer through, streamed when the client streams."""
-        from aiohttp import web
 
         headers = {PATH_HEADER: path, **(headers or {})}
         async with await self._send(url, body, rid, raw) as upstream:
@@ -262,7 +268,6 @@ class Router:
             return response
 
     async def handle_flow(self, request):
-        from aiohttp import web
 
         data = await request.json()
         flow = data.get("flow")
@@ -275,7 +280,6 @@ class Router:
         return web.json_response({"flow": flow})
 
     async def handle_stats(self, request):
-        from aiohttp import web
 
         s = self.stats
         return web.json_response(
@@ -290,13 +294,10 @@ class Router:
         )
 
     async def handle_health(self, request):
-        from aiohttp import web
 
         return web.Response(text="ok")
 
     def app(self):
-        import aiohttp
-        from aiohttp import web
 
         async def on_startup(app):
             timeout = aiohttp.ClientTimeout(total=self.config.request_timeout_s)
@@ -318,7 +319,6 @@ class Router:
 
 
 def main(argv: list[str] | None = None) -> None:
-    from aiohttp import web
 
     parser = argparse.ArgumentParser(description="pdbench P/D router")
     parser.add_argument("--config", required=True, help="JSON file with RouterConfig fields")
@@ -340,7 +340,7 @@ def _new_loop() -> asyncio.AbstractEventLoop:
     """uvloop when installed (a vLLM dependency): per relayed chunk it costs about half of
     asyncio's loop; the router's delay is added to every token the client times."""
     try:
-        import uvloop
+        import uvloop  # lazy: optional: a faster loop when installed
     except ImportError:
         return asyncio.new_event_loop()
     return uvloop.new_event_loop()
@@ -349,7 +349,7 @@ def _new_loop() -> asyncio.AbstractEventLoop:
 def _loads(raw: bytes) -> Any:
     """JSON to Python objects; msgspec when installed (a 16k-id prompt: 0.4 ms, not 0.9)."""
     try:
-        import msgspec
+        import msgspec  # lazy: optional: faster JSON when installed
     except ImportError:
         return json.loads(raw)
     return msgspec.json.decode(raw)
@@ -357,7 +357,7 @@ def _loads(raw: bytes) -> Any:
 
 def _dumps(body: Any) -> bytes:
     try:
-        import msgspec
+        import msgspec  # lazy: optional: faster JSON when installed
     except ImportError:
         return json.dumps(body).encode()
     return msgspec.json.encode(body)

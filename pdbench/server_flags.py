@@ -8,8 +8,10 @@ prefix (``--tensor-parallel``) abbreviates a flag, and a few flags have a second
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from pdbench.config import RunConfig
-from pdbench.plan import Deployment, Instance, deployment_key
+from pdbench.plan import Deployment, Instance
 from pdbench.serve_command import serve_command
 
 # Second names of managed flags in vLLM 0.32's parser (vllm.entrypoints.launchers.cli_args).
@@ -43,9 +45,19 @@ def _negated(flag: str) -> str:
 
 def managed_flags(cfg: RunConfig) -> frozenset[str]:
     """Every ``--flag`` ``serve_command`` emits for ``cfg`` (and its ``--no-`` twin)."""
-    key = deployment_key(cfg, cfg.flow.kv_recompute_threshold, bidirectional=True)
-    key["server"] = {**key["server"], "extra_args": [], "enforce_eager": True}
-    probe = Deployment("probe", 1, [], key["kv_recompute_threshold"], True, key)
+    probe = Deployment(
+        deployment_id="probe",
+        nodes=1,
+        instances=[],
+        kv_recompute_threshold=cfg.flow.kv_recompute_threshold,
+        bidirectional=True,
+        model=cfg.model,
+        topology=cfg.topology,
+        transport=cfg.transport,
+        server=replace(cfg.server, extra_args=[], enforce_eager=True),
+        flow=cfg.flow,
+        connector=cfg.connector,
+    )
     flags: set[str] = set()
     for role, gpus in (("prefill", (0,)), ("mixed", ())):
         instance = Instance(f"{role}0", role, 0, 0, 1, gpus, (0,), 1, 1)

@@ -192,7 +192,7 @@ def default_route_interface() -> str | None:
 
 def interface_addresses() -> dict[str, list[str]]:
     """IPv4 addresses of this host, by interface."""
-    import psutil
+    import psutil  # lazy: only when a node address must be chosen among interfaces
 
     return {
         name: [a.address for a in addrs if a.family == socket.AF_INET]
@@ -307,7 +307,7 @@ class TaskEnvironment:
 def _submitit_facts() -> dict[str, object] | None:
     """Rank facts from ``submitit.JobEnvironment``; None when it cannot tell."""
     try:
-        import submitit
+        import submitit  # lazy: submitit only inside a submitit task
 
         job_env = submitit.JobEnvironment()
         return {

@@ -141,7 +141,13 @@ def made_up_words(count: int, seed: int) -> list[str]:
 
 def build_tokenizer(model: ModelConfig, out_dir: Path) -> None:
     """A WordLevel tokenizer of exactly ``vocab_size`` tokens, trained on generated text."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from tokenizers import (  # lazy: only when the tiny model is built
+        Tokenizer,
+        decoders,
+        models,
+        pre_tokenizers,
+        trainers,
+    )
 
     words = made_up_words(model.vocab_size - len(SPECIAL_TOKENS), model.seed)
     # Word k appears (n - k) times: the trainer's frequency order is the list's order.
@@ -174,9 +180,13 @@ def build_tokenizer(model: ModelConfig, out_dir: Path) -> None:
 
 def build_weights(model: ModelConfig, out_dir: Path) -> None:
     """Seeded random Llama weights in the config's dtype, saved as safetensors."""
-    import torch
-    from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM
-    from transformers.utils import logging as hf_logging
+    import torch  # lazy: torch only when the tiny model is built
+    from transformers import (  # lazy: only when the tiny model is built
+        GenerationConfig,
+        LlamaConfig,
+        LlamaForCausalLM,
+    )
+    from transformers.utils import logging as hf_logging  # lazy: only when the model is built
 
     dtype = getattr(torch, TORCH_DTYPES.get(model.dtype, model.dtype))
     config = LlamaConfig(

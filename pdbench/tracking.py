@@ -98,7 +98,7 @@ class WandbTracker(Tracker):
             print(f"[pdbench] W&B logging of {point_result.get('point_id')} failed: {exc!r}")
 
     def _log(self, point: dict[str, Any], config: dict[str, Any]) -> None:
-        import wandb
+        import wandb  # lazy: wandb (~1 s) only when a Point is logged
 
         self.run_dir.mkdir(parents=True, exist_ok=True)
         run_config = {
@@ -140,13 +140,3 @@ def make_tracker(cfg: TrackingConfig, run_dir: Path, run_name: str) -> Tracker:
     if cfg.backend is TrackingBackend.wandb:
         return WandbTracker(cfg, run_dir, run_name)
     return Tracker()
-
-
-def make_tracker_from_dict(
-    tracking: dict[str, Any], run_dir: Path | str, run_name: str = ""
-) -> Tracker:
-    """``make_tracker`` from the JSON form jobs carry (``to_jsonable(cfg.tracking)``)."""
-    fields = dict(tracking or {})
-    fields["backend"] = TrackingBackend(fields.get("backend", TrackingBackend.none.value))
-    run_dir = Path(run_dir)
-    return make_tracker(TrackingConfig(**fields), run_dir, run_name or run_dir.name)

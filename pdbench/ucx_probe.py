@@ -28,7 +28,7 @@ UCP_FEATURE_AM = 1 << 6
 
 def nixl_ucx_dir() -> Path | None:
     """The ``<wheel>.libs`` directory of the NIXL backend ``import nixl`` picks; None if none."""
-    import nixl  # noqa: F401  (selects and loads nixl_cu12 / nixl_cu13 / nixl_rocm)
+    import nixl  # noqa: F401  # lazy: nixl (optional, heavy) selects and loads its UCX build
 
     for name in ("nixl_cu13", "nixl_cu12", "nixl_rocm"):
         module = sys.modules.get(name)

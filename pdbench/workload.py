@@ -19,9 +19,15 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+from pdbench.config import WorkloadConfig, WorkloadKind
 from pdbench.lengths import draw_length
 from pdbench.results import RequestRecord
-from pdbench.router import CONVERSATION_HEADER, PATH_HEADER, PREFILL_MS_HEADER, TURN_HEADER
+from pdbench.router_headers import (
+    CONVERSATION_HEADER,
+    PATH_HEADER,
+    PREFILL_MS_HEADER,
+    TURN_HEADER,
+)
 
 T = TypeVar("T")
 
@@ -37,25 +43,18 @@ class ConversationSpec:
 
 
 def build_conversations(
-    conversations: int,
-    turns: int,
-    user_tokens: int,
-    history_tokens: int,
-    vocab_size: int,
-    seed: int,
-    kind: str = "multi_turn",
-    jitter: float = 0.0,
-    output_tokens: int = 0,
-    output_jitter: float = 0.0,
-    distribution: str = "uniform",
+    workload: WorkloadConfig, history_tokens: int, vocab_size: int
 ) -> list[ConversationSpec]:
-    """Deterministic token-id conversations.
+    """Deterministic token-id conversations of ``workload`` with ``history_tokens`` of prefix.
 
     ``multi_turn`` and ``agentic``: each conversation has its own prefix of
     ``history_tokens``; ``long_doc``: all share one prefix (the document), so their first
     turns differ only after it. User message and output lengths are drawn around
-    ``user_tokens`` and ``output_tokens`` (``draw_length``; jitter 0: fixed), from ``seed``.
+    ``user_tokens`` and ``output_tokens`` (``draw_length``; jitter 0: fixed), from ``seed``;
+    ``output_tokens`` 0 leaves the length to the request options.
     """
+    wl = workload
+    seed, distribution = wl.seed, wl.length_distribution
     rng = random.Random(seed)
     lengths = random.Random(seed + 1)  # lengths apart: changing them keeps the token ids
     top = max(FIRST_ID + 1, vocab_size - 1)
@@ -63,18 +62,19 @@ def build_conversations(
     def tokens(n: int) -> list[int]:
         return [rng.randint(FIRST_ID, top) for _ in range(n)]
 
-    document = tokens(history_tokens) if kind == "long_doc" else None
+    document = tokens(history_tokens) if wl.kind is WorkloadKind.long_doc else None
     specs = []
-    for c in range(conversations):
+    for c in range(wl.conversations):
         prefix = list(document) if document is not None else tokens(history_tokens)
         user = [
-            tokens(draw_length(lengths, user_tokens, jitter, distribution)) for _ in range(turns)
+            tokens(draw_length(lengths, wl.user_tokens, wl.user_tokens_jitter, distribution))
+            for _ in range(wl.turns)
         ]
         outputs = None
-        if output_tokens > 0:
+        if wl.output_tokens > 0:
             outputs = [
-                draw_length(lengths, output_tokens, output_jitter, distribution)
-                for _ in range(turns)
+                draw_length(lengths, wl.output_tokens, wl.output_tokens_jitter, distribution)
+                for _ in range(wl.turns)
             ]
         specs.append(
             ConversationSpec(conversation=c, prefix=prefix, user_turns=user, output_lens=outputs)
@@ -116,7 +116,7 @@ def run_client(coro: Awaitable[T]) -> T:
     dependency): each token's wake-up costs about half of asyncio's loop there, and at 256
     streams whose tokens arrive together, that cost is what delays the last stream's stamp."""
     try:
-        import uvloop
+        import uvloop  # lazy: optional: a faster loop when installed
     except ImportError:
         return asyncio.run(coro)
     with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
@@ -247,7 +247,7 @@ def _fast_decoder() -> tuple[Any, Any] | None:
     in the first chunk (``return_token_ids``) without building them: a 16k-id first chunk
     blocks the event loop ~0.1 ms instead of ~0.9 ms."""
     try:
-        import msgspec
+        import msgspec  # lazy: optional: faster JSON when installed
     except ImportError:
         return None
 
@@ -272,7 +272,7 @@ def _encode(body: dict) -> bytes:
     """The request body as JSON bytes; msgspec if present: for a 16k-token prompt 0.07 ms of
     event loop instead of 0.9 ms with ``json.dumps`` (what aiohttp's ``json=`` uses)."""
     try:
-        import msgspec
+        import msgspec  # lazy: optional: faster JSON when installed
     except ImportError:
         return json.dumps(body).encode()
     return msgspec.json.encode(body)
@@ -293,7 +293,7 @@ class LoadGenerator:
         on_wave_done: Callable[[int, list[RequestRecord]], Awaitable[None]] | None = None,
         progress: Callable[[int], None] | None = None,
     ) -> list[RequestRecord]:
-        import aiohttp
+        import aiohttp  # lazy: ~0.4 s, only when requests are sent (the driver imports jobs/)
 
         timeout = aiohttp.ClientTimeout(total=self.opts.timeout_s)
         connector = aiohttp.TCPConnector(limit=0)

@@ -11,7 +11,7 @@ import pytest
 
 from pdbench.config import TrackingBackend, TrackingConfig
 from pdbench.results import LatencyStats, PointResult, Summary, TransferTotals, TurnRow
-from pdbench.tracking import Tracker, make_tracker, make_tracker_from_dict
+from pdbench.tracking import Tracker, make_tracker
 
 pytestmark = pytest.mark.e2e
 
@@ -155,7 +155,7 @@ def test_one_offline_run_per_point_with_summary_config_and_turn_table(wandb_env)
 
 def test_each_point_gets_its_own_run(wandb_env):
     run_dir = wandb_env / "run"
-    tracker = make_tracker_from_dict({"backend": "wandb", "mode": "offline"}, run_dir)
+    tracker = make_tracker(TrackingConfig(TrackingBackend.wandb, mode="offline"), run_dir, "run")
     for flow in ("agg", "pull"):
         point = synthetic_point()
         point.flow, point.point_id = flow, f"{flow}-h0-0123456789"

@@ -8,8 +8,9 @@ import pytest
 
 from connector.bench_record import TransferRecord
 from connector.layout import KVLayout, TPSplit, block_transfer
-from jobs.transfer_bench import bench_spec, kv_shape, load_records, run_transfer_bench
+from jobs.transfer_bench import bench_spec, kv_shape, load_records
 from pdbench.config import ModelConfig, RunConfig
+from pdbench.launch import run_transfer_bench
 from tests.e2e.conftest import run_pdbench
 from tests.e2e.test_local_slurm import local_slurm  # noqa: F401 - the cluster fixture
 
@@ -28,6 +29,8 @@ def small_run(tmp_path) -> RunConfig:
         name="toy", num_layers=2, hidden_size=128, num_attention_heads=4, num_kv_heads=2,
         intermediate_size=256, vocab_size=512, dtype="float32",
     )  # fmt: skip
+    # Validated like every launch, which wants a model to serve (the bench serves none).
+    cfg.model.generate = True
     cfg.server.block_size = 32
     cfg.cluster.time_limit_min = 10
     cfg.bench.tokens = [40, 256]  # 40: a partly filled last block

@@ -5,8 +5,9 @@ from __future__ import annotations
 import pytest
 
 from connector.bench_config import MemoryKind
-from jobs.transfer_bench import bench_spec, kv_shape, load_records, run_transfer_bench
+from jobs.transfer_bench import bench_spec, kv_shape, load_records
 from pdbench.config import ModelConfig, RunConfig
+from pdbench.launch import run_transfer_bench
 
 pytestmark = pytest.mark.gpu
 
@@ -22,8 +23,12 @@ def vram_run(tmp_path) -> RunConfig:
         num_kv_heads=8, head_dim=128, intermediate_size=14336, vocab_size=128256,
         dtype="bfloat16",
     )  # fmt: skip
+    # Validated like every launch, which wants a model to serve and room for the 1p1d
+    # topology (the bench serves none; its two tasks are the two "nodes").
+    cfg.model.generate = True
     cfg.server.block_size = 16
     cfg.cluster.gpus_per_node = 1
+    cfg.cluster.nodes = 2
     cfg.cluster.time_limit_min = 10
     cfg.bench.memory = MemoryKind.VRAM
     cfg.bench.tokens = [128, 2048]

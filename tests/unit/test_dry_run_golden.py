@@ -1,5 +1,6 @@
 """What `launch.dry_run=true` prints for GPU-cluster deployments, pinned by golden files:
-every server command line and environment per node, the points and the sbatch script.
+the launch spec (pdbench/launch_spec.py) of every Deployment (each server's and the router's
+command line, environment and log per node), the points and the sbatch script as submitted.
 
 After an intended change, regenerate and review the diff:
     PDBENCH_UPDATE_GOLDEN=1 pytest tests/unit/test_dry_run_golden.py
@@ -16,7 +17,8 @@ from hydra.core.global_hydra import GlobalHydra
 from omegaconf import OmegaConf
 
 from pdbench.config import RunConfig, register_configs
-from pdbench.launch import describe_plan, model_path_for
+from pdbench.launch import model_path_for
+from pdbench.launch_spec import build_launch, describe
 from pdbench.plan import make_plan
 from pdbench.validate import validate
 from tests.unit.test_sbatch_golden import CONF_DIR, check_golden
@@ -30,6 +32,9 @@ CASES = {
     "dry_llama3_8b_p2_d4_nvlink": LLAMA_8B + ["topology=p2_d4", "transport=nvlink"],
     "dry_llama3_8b_2p2d_cross_rdma": LLAMA_8B + ["topology=2p2d_cross", "transport=rdma"],
     "dry_llama3_70b_1p1d_tp4_nvlink": LLAMA_70B + ["topology=1p1d_tp4", "transport=nvlink"],
+    # Two Deployments: SLURM gets them as one job array, and the dry run shows that array.
+    "dry_llama3_8b_1p1d_rdma_thresholds": LLAMA_8B
+    + ["topology=1p1d", "transport=rdma", "flow.kv_recompute_thresholds=[0,1024]"],
 }
 BASE = [
     "+experiment=smoke",
@@ -53,17 +58,23 @@ def compose_run(overrides: list[str]) -> RunConfig:
     return cfg
 
 
+def dry_run_text(cfg: RunConfig) -> str:
+    """What ``launch.dry_run=true`` prints for a fresh run dir (every Deployment pending)."""
+    plan = make_plan(cfg)
+    return describe(build_launch(cfg, plan, model_path_for(cfg, create=False)), plan)
+
+
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_dry_run_text_is_pinned(name):
     cfg = compose_run(BASE + CASES[name])
     assert validate(cfg) == [], [str(p) for p in validate(cfg)]
-    text = describe_plan(cfg, make_plan(cfg), model_path_for(cfg, create=False))
+    text = dry_run_text(cfg)
     check_golden(name, text)
 
 
 def test_cross_node_rdma_sets_ucx_and_binds_node_addresses():
     cfg = compose_run(BASE + CASES["dry_llama3_8b_2p2d_cross_rdma"])
-    text = describe_plan(cfg, make_plan(cfg), model_path_for(cfg, create=False))
+    text = dry_run_text(cfg)
     assert "UCX_TLS=rc," in text
     assert "UCX_NET_DEVICES=" not in text  # UCX picks each GPU's NIC; no one port for all
     assert "--host '<node1>'" in text and "127.0.0.1" not in text

@@ -2,23 +2,23 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from unittest import mock
 
 import pytest
 import submitit
 
-from pdbench import executors
+from pdbench import executors, sbatch
 from pdbench.config import ClusterConfig, ExecutorKind
 from pdbench.executors import (
     PURGED,
     SlurmExecutor,
     SlurmJob,
     SlurmStateWatcher,
-    env_exports,
-    executor_parameters,
     make_executor,
 )
+from pdbench.sbatch import env_exports, executor_parameters
 
 pytestmark = pytest.mark.unit
 
@@ -35,7 +35,7 @@ def test_minimal_slurm_parameters() -> None:
         "time": 30,
         "nodes": 2,
         "ntasks_per_node": 1,
-        "signal_delay_s": executors.SIGNAL_DELAY_S,
+        "signal_delay_s": sbatch.SIGNAL_DELAY_S,
         "array_parallelism": 4,
         "partition": "p",
     }
@@ -216,3 +216,20 @@ def test_nothing_to_poll_without_unfinished_jobs() -> None:
     with mock.patch.object(executors, "_succeeds") as probe:
         assert SlurmStateWatcher()._make_command() is None
     probe.assert_not_called()
+
+
+def test_submitit_is_the_version_whose_private_api_pdbench_uses() -> None:
+    """pdbench relies on submitit internals: ``slurm._make_sbatch_string`` (the sbatch text the
+    dry run prints), ``SlurmInfoWatcher._make_command``/``read_info``/``_registered``/
+    ``_finished`` (squeue fallback), ``SlurmExecutor._internal_process_submissions`` (array
+    jobs rewrapped) and ``submitit.core._submit`` (the task command). The tests of this file,
+    test_sbatch_golden.py and test_launch_spec.py exercise each; an upgrade must pass them
+    and then move this pin and pyproject's together."""
+    pyproject = (Path(__file__).resolve().parents[2] / "pyproject.toml").read_text()
+    pinned = re.search(r'"submitit==([^"]+)"', pyproject)
+    assert pinned, "pyproject.toml must pin submitit exactly"
+    assert submitit.__version__ == pinned.group(1)
+    for name in ("_make_command", "read_info", "_registered", "_finished"):
+        assert hasattr(SlurmStateWatcher(), name), name
+    assert callable(submitit.slurm.slurm._make_sbatch_string)
+    assert callable(submitit.slurm.slurm.SlurmExecutor._internal_process_submissions)

@@ -1,5 +1,7 @@
 import pytest
 
+from pdbench.config import FlowConfig, ServerConfig, WorkloadConfig
+from pdbench.launch_spec import router_settings
 from pdbench.router import (
     P_FIRST_PARAMS,
     ConversationState,
@@ -14,9 +16,16 @@ pytestmark = pytest.mark.unit
 
 
 def router(**kw) -> Router:
+    # the settings' one set of defaults, as the launch spec derives them
+    timeout_s, port = WorkloadConfig().request_timeout_s, ServerConfig().router_port
+    settings = {"host": "127.0.0.1", **router_settings(FlowConfig(), timeout_s, port)}
     return Router(
         RouterConfig(
-            prefill_urls=["p0", "p1"], decode_urls=["d0"], agg_urls=[], kv_params_dir="/tmp", **kw
+            prefill_urls=["p0", "p1"],
+            decode_urls=["d0"],
+            agg_urls=[],
+            kv_params_dir="/tmp",
+            **{**settings, **kw},
         )
     )
 

@@ -1,7 +1,9 @@
 # ruff: noqa: E501 - UCX log lines are quoted as UCX prints them
+from pathlib import Path
+
 import pytest
 
-from pdbench.ucx_proto import slow_transport_flag, transports_by_operation
+from connector.ucx_proto import tcp_fallback, transports_in_log
 
 pytestmark = pytest.mark.unit
 
@@ -33,14 +35,19 @@ LOG = """\
 """
 
 
-def test_reads_and_writes_are_told_apart():
-    found = transports_by_operation(LOG)
+def test_reads_and_writes_are_told_apart(tmp_path):
+    log = tmp_path / "decode0.log"
+    log.write_text(LOG)
+    found = transports_in_log(log)
     assert found["write"] == ["cma/memory"]
     assert found["read"] == ["rc_mlx5/mlx5_0:1", "rc_mlx5/mlx5_1:1", "tcp/lo"]
 
 
-def test_flag_tcp_only_reads_of_gpu_memory():
-    assert "tcp" in slow_transport_flag("cuda", ["tcp/eth0"])
-    assert slow_transport_flag("cuda", ["tcp/eth0", "cuda_ipc/cuda"]) == ""
-    assert slow_transport_flag("cpu", ["tcp/lo"]) == ""
-    assert slow_transport_flag("cuda", []) == ""
+def test_tcp_that_ucx_tls_does_not_name_is_a_fallback():
+    # One rule for serving and the transfer bench (connector/bench_record.py's tcp_data_path).
+    assert tcp_fallback(["tcp/eth0"], "")
+    assert tcp_fallback(["tcp/eth0", "cuda_ipc/cuda"], "cuda_ipc,cuda_copy")  # part of it
+    assert not tcp_fallback(["tcp/lo"], "tcp")  # asked for on purpose
+    assert not tcp_fallback(["cma/memory"], "")
+    assert not tcp_fallback([], "")
+    assert transports_in_log(Path("/nonexistent/decode0.log")) == {"read": [], "write": []}

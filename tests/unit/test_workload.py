@@ -3,6 +3,7 @@ import statistics
 
 import pytest
 
+from pdbench.config import WorkloadConfig, WorkloadKind
 from pdbench.lengths import draw_length, max_length
 from pdbench.results import RequestRecord
 from pdbench.workload import (
@@ -18,8 +19,9 @@ pytestmark = pytest.mark.unit
 
 
 def test_conversations_are_deterministic_and_sized():
-    a = build_conversations(3, 4, 64, 128, vocab_size=512, seed=1)
-    b = build_conversations(3, 4, 64, 128, vocab_size=512, seed=1)
+    wl = WorkloadConfig(conversations=3, turns=4, user_tokens=64, seed=1)
+    a = build_conversations(wl, 128, vocab_size=512)
+    b = build_conversations(wl, 128, vocab_size=512)
     assert [s.prefix for s in a] == [s.prefix for s in b]
     assert all(len(s.prefix) == 128 and len(s.user_turns) == 4 for s in a)
     assert all(len(u) == 64 for s in a for u in s.user_turns)
@@ -48,11 +50,16 @@ def test_sse_events_fill_the_record():
 
 
 def test_long_doc_shares_one_prefix_and_jitter_varies_lengths():
-    specs = build_conversations(3, 5, 40, 256, 512, seed=3, kind="long_doc", jitter=0.5)
+    long_doc = WorkloadConfig(
+        kind=WorkloadKind.long_doc, conversations=3, turns=5, user_tokens=40, seed=3
+    )
+    long_doc.user_tokens_jitter = 0.5
+    specs = build_conversations(long_doc, 256, 512)
     assert specs[0].prefix == specs[1].prefix == specs[2].prefix
     lengths = {len(u) for s in specs for u in s.user_turns}
     assert len(lengths) > 1 and min(lengths) >= 20 and max(lengths) <= 60
-    multi = build_conversations(2, 1, 8, 64, 512, seed=3, kind="multi_turn")
+    multi_turn = WorkloadConfig(conversations=2, turns=1, user_tokens=8, seed=3)
+    multi = build_conversations(multi_turn, 64, 512)
     assert multi[0].prefix != multi[1].prefix
 
 
@@ -71,11 +78,11 @@ def test_lengths_fixed_uniform_or_lognormal_around_the_mean():
 
 
 def test_output_lengths_are_drawn_per_turn_and_sent_exactly():
-    fixed = build_conversations(2, 4, 16, 0, 512, seed=5, output_tokens=8)
+    wl = WorkloadConfig(conversations=2, turns=4, user_tokens=16, output_tokens=8, seed=5)
+    fixed = build_conversations(wl, 0, 512)
     assert all(s.output_lens == [8] * 4 for s in fixed)
-    varied = build_conversations(
-        2, 4, 16, 0, 512, seed=5, output_tokens=8, output_jitter=0.5, distribution="uniform"
-    )
+    wl.output_tokens_jitter, wl.length_distribution = 0.5, "uniform"
+    varied = build_conversations(wl, 0, 512)
     outs = [n for s in varied for n in s.output_lens]
     assert len(set(outs)) > 1 and min(outs) >= 4 and max(outs) <= 12
     # Drawing output lengths leaves the prompts' token ids alone.

@@ -1,0 +1,11 @@
+"""Environment variables pdbench sets for the processes it starts, defined once.
+
+pdbench's launch spec puts them in the servers' and the router's environment; connector's
+vLLM plugin and tracer read them inside the servers (connector imports no pdbench module,
+so the names live here, below both).
+"""
+
+RUN_DIR_ENV = "PDBENCH_RUN_DIR"  # marks every process pdbench starts for a run
+KV_PARAMS_DIR_ENV = "PDBENCH_KV_PARAMS_DIR"  # where the plugin exports D's KV-transfer params
+TRACE_DIR_ENV = "PDBENCH_TRACE_DIR"  # where the tracer writes one line per transfer
+ROLE_ENV = "PDBENCH_ROLE"  # prefill | decode: traces name the direction (P<-D, D<-P)

@@ -1,0 +1,304 @@
+"""The project's imports form a DAG, layered, and imports inside functions are only lazy ones.
+
+Layers, lowest first (a module imports its own layer or lower ones only):
+
+    connector   NIXL machinery and the vLLM plugin: imports no other project package
+    core        pure: config schema, validation, planning, launch spec, sbatch text
+    runtime     the pieces jobs and driver both use: servers, router, workload, metrics,
+                results, tracking, ...
+    jobs        what runs on the allocation
+    driver      CLI, launch, executors, progress and status: what runs on the login node
+    analysis    reads records (pdbench.results) and connector's layout maths
+
+Every module of pdbench/, jobs/, connector/ and analysis/ is parsed with ``ast``; the graph
+has an edge for every import of a project module, at module level or inside a function.
+An import inside a function is allowed only to defer a heavy or optional third-party package
+and then says why on its line: ``import torch  # lazy: <why>``.
+"""
+
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.unit
+
+REPO = Path(__file__).resolve().parents[2]
+PACKAGES = ("pdbench", "jobs", "connector", "analysis")
+
+# The analysis branch (restructured in parallel) removes this exemption when it merges.
+PENDING = {"analysis"}
+
+CORE = {
+    "pdbench.config",
+    "pdbench.validate",
+    "pdbench.lengths",
+    "pdbench.plan",
+    "pdbench.serve_command",
+    "pdbench.sbatch",
+    "pdbench.launch_spec",
+    "pdbench.config_problems",
+    "pdbench.capacity",
+    "pdbench.server_flags",
+    "pdbench.validate_gpu",
+    "pdbench.containers",
+    "pdbench.model_memory",
+    "pdbench.model_source",
+    "pdbench.ucx_transports",
+}
+DRIVER = {
+    "pdbench.__main__",
+    "pdbench.cli",
+    "pdbench.launch",
+    "pdbench.executors",
+    "pdbench.progress",
+    "pdbench.status",
+    "pdbench.help",
+    "pdbench.overrides",
+    "pdbench.conf_tree",
+}
+LAYERS = ("connector", "core", "runtime", "jobs", "driver", "analysis")
+
+# The vLLM plugin side of connector/ (loaded by vLLM inside the servers) and the transfer
+# bench side (run by jobs/transfer_bench.py) share only these leaf modules.
+PLUGIN = {
+    "connector.vllm_plugin",
+    "connector.tracing",
+    "connector.transfer_trace",
+    "connector.core_binding",
+}
+CONNECTOR_SHARED = {"connector.layout", "connector.shared_files", "connector.process_env"}
+
+
+def layer(module: str) -> str:
+    top = module.split(".")[0]
+    if top in ("connector", "jobs", "analysis"):
+        return top
+    if module in CORE:
+        return "core"
+    if module in DRIVER:
+        return "driver"
+    return "runtime"  # a new pdbench module: move it to CORE or DRIVER above if it is one
+
+
+@dataclass(frozen=True)
+class Import:
+    source: str  # importing module
+    target: str  # imported project module (or package)
+    line: int
+    in_function: bool
+    lazy_reason: bool  # "# lazy:" on the statement's lines
+    third_party: bool
+
+
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(REPO).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts = parts[:-1]
+    return ".".join(parts)
+
+
+def all_modules() -> dict[str, Path]:
+    return {
+        module_name(path): path
+        for package in PACKAGES
+        for path in sorted((REPO / package).rglob("*.py"))
+    }
+
+
+def _resolve(name: str, modules: dict[str, Path]) -> str | None:
+    """The project module ``name`` refers to (a module, or its package), else None."""
+    while name:
+        if name in modules:
+            return name
+        name = name.rpartition(".")[0]
+    return None
+
+
+def imports_of(module: str, path: Path, modules: dict[str, Path]) -> list[Import]:
+    source = path.read_text()
+    lines = source.splitlines()
+    tree = ast.parse(source)
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    found: list[Import] = []
+
+    def visit(node: ast.AST, in_function: bool) -> None:
+        for child in ast.iter_child_nodes(node):
+            inside = in_function or isinstance(
+                child, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda
+            )
+            if isinstance(child, ast.Import | ast.ImportFrom):
+                names: list[str] = []
+                if isinstance(child, ast.Import):
+                    names = [a.name for a in child.names]
+                else:
+                    base = child.module or ""
+                    if child.level:
+                        anchor = package.split(".")
+                        anchor = anchor[: len(anchor) - (child.level - 1)]
+                        base = ".".join([*anchor, base] if base else anchor)
+                    names = [f"{base}.{a.name}" for a in child.names] or [base]
+                text = "\n".join(lines[child.lineno - 1 : child.end_lineno])
+                lazy = "# lazy:" in text
+                for name in names:
+                    target = _resolve(name, modules)
+                    found.append(
+                        Import(
+                            source=module,
+                            target=target or name,
+                            line=child.lineno,
+                            in_function=in_function,
+                            lazy_reason=lazy,
+                            third_party=target is None,
+                        )
+                    )
+            visit(child, inside)
+
+    visit(tree, False)
+    return found
+
+
+def project_imports() -> list[Import]:
+    modules = all_modules()
+    out = []
+    for module, path in modules.items():
+        out += imports_of(module, path, modules)
+    return out
+
+
+def pending(module: str) -> bool:
+    return module.split(".")[0] in PENDING
+
+
+def find_cycles(edges: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components of more than one module (or a self-import), each as a
+    closed path through the component."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    components: list[list[str]] = []
+
+    def strongconnect(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in sorted(edges.get(v, ())):
+            if w not in index:
+                strongconnect(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1 or v in edges.get(v, ()):
+                components.append(sorted(component))
+
+    for v in sorted(edges):
+        if v not in index:
+            strongconnect(v)
+    return [_cycle_path(c, edges) for c in components]
+
+
+def _cycle_path(component: list[str], edges: dict[str, set[str]]) -> list[str]:
+    """A closed path a -> ... -> a through one strongly connected component."""
+    members = set(component)
+    start = component[0]
+    # breadth-first from start's successors back to start, inside the component
+    previous: dict[str, str] = {}
+    frontier = [start]
+    while frontier:
+        nxt = []
+        for v in frontier:
+            for w in sorted(edges.get(v, ()) & members):
+                if w == start:
+                    path = [v]
+                    while path[-1] != start:
+                        path.append(previous[path[-1]])
+                    return [start, *reversed(path[:-1]), start] if v != start else [start, start]
+                if w not in previous:
+                    previous[w] = v
+                    nxt.append(w)
+        frontier = nxt
+    return [*component, component[0]]
+
+
+def graph(imports: list[Import]) -> dict[str, set[str]]:
+    edges: dict[str, set[str]] = {}
+    for imp in imports:
+        if not imp.third_party and imp.target != imp.source:
+            edges.setdefault(imp.source, set()).add(imp.target)
+    return edges
+
+
+def test_project_imports_form_a_dag():
+    cycles = [c for c in find_cycles(graph(project_imports())) if not any(map(pending, c))]
+    assert cycles == [], "import cycles:\n" + "\n".join(" -> ".join(c) for c in cycles)
+
+
+def test_layers_import_downward_only():
+    bad = []
+    for imp in project_imports():
+        if imp.third_party or pending(imp.source) or imp.target == imp.source:
+            continue
+        if imp.target.split(".")[0] == imp.target:  # a package's __init__: no layer
+            continue
+        src, dst = layer(imp.source), layer(imp.target)
+        if LAYERS.index(dst) > LAYERS.index(src):
+            bad.append(f"{imp.source}:{imp.line} ({src}) imports {imp.target} ({dst})")
+    assert bad == [], "imports that go up a layer:\n" + "\n".join(bad)
+
+
+def test_connector_keeps_the_plugin_and_the_bench_apart():
+    bad = []
+    for imp in project_imports():
+        if not imp.source.startswith("connector.") or imp.third_party:
+            continue
+        if imp.target in CONNECTOR_SHARED or imp.target == "connector":
+            continue
+        if (imp.source in PLUGIN) != (imp.target in PLUGIN):
+            bad.append(f"{imp.source}:{imp.line} imports {imp.target}")
+    assert bad == [], "plugin <-> bench imports inside connector/:\n" + "\n".join(bad)
+
+
+def test_imports_inside_functions_are_lazy_third_party_ones_with_a_reason():
+    bad = []
+    for imp in project_imports():
+        if not imp.in_function or pending(imp.source):
+            continue
+        if not imp.third_party:
+            bad.append(f"{imp.source}:{imp.line} imports project module {imp.target} in a function")
+        elif not imp.lazy_reason:
+            bad.append(
+                f"{imp.source}:{imp.line} imports {imp.target} in a function without '# lazy:'"
+            )
+    assert bad == [], "\n".join(bad)
+
+
+def test_the_checker_finds_a_cycle_and_names_it():
+    edges = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
+    assert find_cycles(edges) == [["a", "b", "c", "a"]]
+    assert find_cycles({"a": {"b"}, "b": set()}) == []
+
+
+def test_the_parser_sees_function_level_and_relative_imports(tmp_path):
+    modules = {"pkg": tmp_path / "__init__.py", "pkg.a": tmp_path / "a.py", "pkg.b": tmp_path}
+    path = tmp_path / "a.py"
+    path.write_text(
+        "from . import b\ndef f():\n    import torch  # lazy: heavy\n    from pkg.b import x\n"
+    )
+    found = imports_of("pkg.a", path, modules)
+    assert [(i.target, i.in_function, i.lazy_reason, i.third_party) for i in found] == [
+        ("pkg.b", False, False, False),
+        ("torch", True, True, True),
+        ("pkg.b", True, False, False),
+    ]
