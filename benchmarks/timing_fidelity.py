@@ -1,10 +1,15 @@
 """Does the load generator measure what the server did? TTFT and ITL against a known truth.
 
 The calibrated token source (``benchmarks/token_source.py``, its own process) streams tokens
-on a fixed schedule and records when it sent each one. Clients stream from it at 1, 64 and
-256 concurrent requests; per request, each client's TTFT and inter-token latencies are
-compared with the source's (TTFT: first send minus arrival; ITL: gaps between sends). The
-error is what the client adds: its own event-loop delays, parsing, scheduling. Clients:
+on a fixed schedule, in chunks of ``--chunk-tokens`` (a pattern; several tokens per chunk as
+vLLM sends them when its output lags), and records when it sent each chunk. Clients stream
+from it at 1, 64 and 256 concurrent requests; per request, each client's TTFT, ITL, TPOT and
+E2E are compared with the source's (TTFT: first send minus arrival; ITL: gaps between chunk
+sends; TPOT: (last send - first send) / (tokens - 1); E2E: last send minus arrival). The
+error is what the client adds: its own event-loop delays, parsing, scheduling. Both clients'
+own statistics (``reported``: ITL over chunk gaps, TPOT over requests, E2E, as each defines
+them) are saved beside the source's (``truth``), so the definitions are compared in one run.
+Clients:
 
 - ``pdbench``: ``pdbench.workload.LoadGenerator`` in this process (as the deployment job runs
   it: ``pdbench.workload.run_client``, uvloop when installed);
@@ -16,10 +21,12 @@ Run from the repository root::
 
     python -m benchmarks.timing_fidelity                       # 1, 64, 256 streams, both clients
     python -m benchmarks.timing_fidelity --streams 1,8 --tokens 16 --no-vllm-bench --out x.json
+    python -m benchmarks.timing_fidelity --chunk-tokens 1,3,2    # multi-token chunks
 
 The JSON (``benchmarks/results/timing_fidelity-<date>.json`` unless ``--out``) holds, per
 client and stream count, p50/p99/max of |error| and the mean signed error (bias) in ms,
-whether the token ids received equal the ids sent, and how late the source itself was.
+whether the token ids received equal the ids sent, how late the source itself was, and the
+``reported`` vs ``truth`` statistics.
 """
 
 from __future__ import annotations
@@ -38,7 +45,13 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from benchmarks.token_source import intervals_ms, sched_delta, sched_ms, serial_from_text
+from benchmarks.token_source import (
+    intervals_ms,
+    parse_chunk_pattern,
+    sched_delta,
+    sched_ms,
+    serial_from_text,
+)
 from pdbench.workload import run_client
 
 REPO = Path(__file__).resolve().parents[1]
@@ -111,24 +124,45 @@ def http_json(url: str, body: dict | None = None, timeout_s: float = 30.0) -> An
 
 
 # ---- comparing a client's measurements with the source's truth (pure) ----
-def compare(
-    ttft_ms: float, itl_ms: list[float], truth: dict[str, Any], ids: list[int] | None = None
-) -> dict[str, Any]:
-    """One request's errors (measured minus true, ms)."""
-    send = truth["send_s"]
-    true_itl = intervals_ms(send)
+def true_timings(truth: dict[str, Any]) -> dict[str, Any]:
+    """What the source did for one request, in the clients' terms (ms): TTFT, ITL per chunk
+    gap, TPOT = (last send - first send) / (tokens - 1) (0 for one token), E2E."""
+    send, tokens = truth["send_s"], len(truth["token_ids"])
+    span_ms = (send[-1] - send[0]) * 1e3
     return {
-        "ttft_error_ms": ttft_ms - (send[0] - truth["arrival_s"]) * 1e3,
-        "itl_error_ms": [m - t for m, t in zip(itl_ms, true_itl, strict=False)],
-        "itl_count_ok": len(itl_ms) == len(true_itl),
+        "ttft_ms": (send[0] - truth["arrival_s"]) * 1e3,
+        "itl_ms": intervals_ms(send),
+        "tpot_ms": span_ms / (tokens - 1) if tokens > 1 else 0.0,
+        "e2e_ms": (send[-1] - truth["arrival_s"]) * 1e3,
+    }
+
+
+def compare(
+    ttft_ms: float,
+    itl_ms: list[float],
+    truth: dict[str, Any],
+    ids: list[int] | None = None,
+    tpot_ms: float | None = None,
+    e2e_ms: float | None = None,
+) -> dict[str, Any]:
+    """One request's errors (measured minus true, ms); TPOT and E2E errors when given."""
+    true = true_timings(truth)
+    return {
+        "ttft_error_ms": ttft_ms - true["ttft_ms"],
+        "itl_error_ms": [m - t for m, t in zip(itl_ms, true["itl_ms"], strict=False)],
+        "itl_count_ok": len(itl_ms) == len(true["itl_ms"]),
+        "tpot_error_ms": None if tpot_ms is None else tpot_ms - true["tpot_ms"],
+        "e2e_error_ms": None if e2e_ms is None else e2e_ms - true["e2e_ms"],
         "ids_equal": None if ids is None else ids == truth["token_ids"],
-        "late_ms": [(s - d) * 1e3 for s, d in zip(send, truth["due_s"], strict=True)],
+        "late_ms": [(s - d) * 1e3 for s, d in zip(truth["send_s"], truth["due_s"], strict=True)],
     }
 
 
 def summarize(rows: list[dict[str, Any]], requests: int, failed: list[str]) -> dict[str, Any]:
     ttft = [r["ttft_error_ms"] for r in rows]
     itl = [e for r in rows for e in r["itl_error_ms"]]
+    tpot = [r["tpot_error_ms"] for r in rows if r.get("tpot_error_ms") is not None]
+    e2e = [r["e2e_error_ms"] for r in rows if r.get("e2e_error_ms") is not None]
     ids = [r["ids_equal"] for r in rows if r["ids_equal"] is not None]
     return {
         "requests": requests,
@@ -139,10 +173,38 @@ def summarize(rows: list[dict[str, Any]], requests: int, failed: list[str]) -> d
         "itl_count_mismatches": sum(not r["itl_count_ok"] for r in rows),
         "ttft_abs_error_ms": stats([abs(e) for e in ttft]),
         "itl_abs_error_ms": stats([abs(e) for e in itl]),
+        "tpot_abs_error_ms": stats([abs(e) for e in tpot]),
+        "e2e_abs_error_ms": stats([abs(e) for e in e2e]),
         "ttft_bias_ms": stats(ttft)["mean"],
         "itl_bias_ms": stats(itl)["mean"],
+        "tpot_bias_ms": stats(tpot)["mean"],
+        "e2e_bias_ms": stats(e2e)["mean"],
         "source_late_ms": stats([x for r in rows for x in r["late_ms"]]),
     }
+
+
+def definitions(
+    itl_ms: list[float], tpot_ms: list[float], e2e_ms: list[float], tokens: int, chunks: int
+) -> dict[str, Any]:
+    """ITL over chunk gaps, TPOT over requests of 2+ tokens, E2E, tokens per chunk."""
+    return {
+        "itl_ms": stats(itl_ms),
+        "tpot_ms": stats(tpot_ms),
+        "e2e_ms": stats(e2e_ms),
+        "tokens_per_chunk": tokens / chunks if chunks else 0.0,
+    }
+
+
+def truth_definitions(truths: list[dict[str, Any]]) -> dict[str, Any]:
+    """``definitions`` of what the source did."""
+    timings = [true_timings(t) for t in truths]
+    return definitions(
+        [x for t in timings for x in t["itl_ms"]],
+        [t["tpot_ms"] for t, tr in zip(timings, truths, strict=True) if len(tr["token_ids"]) > 1],
+        [t["e2e_ms"] for t in timings],
+        sum(len(t["token_ids"]) for t in truths),
+        sum(len(t["send_s"]) for t in truths),
+    )
 
 
 # ---- clients ----
@@ -181,14 +243,24 @@ def measure_pdbench(
         os.sched_setaffinity(0, mask)
     served = http_json(f"{url}/truth")
     truth = {t["key"]: t for t in served["requests"]}
-    rows, failed = [], []
+    rows, failed, matched = [], [], []
     for r in records:
         t = truth.get(f"{salt}:{r.conversation}")
         if r.status != "ok" or t is None:
             failed.append(r.error or f"conversation {r.conversation}: no truth")
             continue
-        rows.append(compare(r.ttft_ms, r.itl_ms, t, r.output_token_ids))
+        rows.append(compare(r.ttft_ms, r.itl_ms, t, r.output_token_ids, r.tpot_ms, r.e2e_ms))
+        matched.append(t)
     out = summarize(rows, len(records), failed)
+    ok = [r for r in records if r.status == "ok"]
+    out["reported"] = definitions(
+        [x for r in ok for x in r.itl_ms],
+        [r.tpot_ms for r in ok if len(r.output_token_ids) > 1],
+        [r.e2e_ms for r in ok],
+        sum(len(r.output_token_ids) for r in ok),
+        sum(len(r.chunk_tokens) for r in ok),
+    )
+    out["truth"] = truth_definitions(matched)
     out["sched_ms"] = {"client": client_sched, "source": served.get("sched_since_reset", {})}
     out["load_avg_1m"] = os.getloadavg()[0]
     return out
@@ -283,8 +355,9 @@ def measure_vllm_bench(
     result = json.loads(result_file.read_text())
     served = http_json(f"{url}/truth")
     truth = {t["serial"]: t for t in served["requests"]}
-    rows, failed = [], []
+    rows, failed, matched = [], [], []
     texts = result.get("generated_texts") or []
+    itls, tpots, e2els, tokens = [], [], [], 0
     for i, text in enumerate(texts):
         t = truth.get(serial_from_text(text))
         if t is None:
@@ -292,8 +365,29 @@ def measure_vllm_bench(
             continue
         ttft_ms = result["ttfts"][i] * 1e3
         itl_ms = [x * 1e3 for x in result["itls"][i]]
-        rows.append(compare(ttft_ms, itl_ms, t))
+        e2e_ms = result["latencies"][i] * 1e3
+        n = result["output_lens"][i]
+        tpot_ms = (e2e_ms - ttft_ms) / (n - 1) if n > 1 else 0.0  # as serve.py computes it
+        rows.append(compare(ttft_ms, itl_ms, t, None, tpot_ms, e2e_ms))
+        matched.append(t)
+        itls += itl_ms
+        tpots += [tpot_ms] if n > 1 else []
+        e2els.append(e2e_ms)
+        tokens += n
     out = summarize(rows, len(texts), failed)
+    out["reported"] = definitions(itls, tpots, e2els, tokens, len(itls) + len(matched))
+    out["reported"]["vllm_summary_ms"] = {  # what vllm bench serve itself printed and saved
+        k: result.get(k)
+        for k in (
+            "mean_itl_ms",
+            "median_itl_ms",
+            "mean_tpot_ms",
+            "median_tpot_ms",
+            "mean_e2el_ms",
+            "median_e2el_ms",
+        )
+    }
+    out["truth"] = truth_definitions(matched)
     out["sched_ms"] = {"source": served.get("sched_since_reset", {})}  # client: a subprocess
     out["load_avg_1m"] = os.getloadavg()[0]
     return out
@@ -316,6 +410,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             "ttft_ms": args.ttft_ms,
             "itl_ms": args.itl_ms,
             "source_loop": args.source_loop,
+            "chunk_tokens": list(args.chunk_tokens),
             "cpus": None,
         },
         "results": {"pdbench": {}, "vllm_bench_serve": {}},
@@ -334,6 +429,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         MODEL,
         "--loop",
         args.source_loop,
+        "--chunk-tokens",
+        ",".join(str(n) for n in args.chunk_tokens),
     ]
     per_run_s = args.rounds * (args.ttft_ms + args.tokens * args.itl_ms) / 1e3 + 60.0
     vllm_reason = "" if args.vllm_bench else "skipped (--no-vllm-bench)"
@@ -398,12 +495,21 @@ def split_cpus() -> tuple[set[int], set[int]]:
 
 def _print_row(client: str, streams: int, s: dict[str, Any]) -> None:
     t, i, late = s["ttft_abs_error_ms"], s["itl_abs_error_ms"], s["source_late_ms"]
+    tp, e = s["tpot_abs_error_ms"], s["e2e_abs_error_ms"]
+    rep, true = s["reported"], s["truth"]
     print(
         f"{client:<11} streams={streams:<4} ok={s['matched']}/{s['requests']} "
         f"ids_equal={s['ids_equal']}  TTFT |err| p50={t['p50']:.3f} p99={t['p99']:.3f} ms  "
         f"ITL |err| p50={i['p50']:.3f} p99={i['p99']:.3f} max={i['max']:.3f} ms  "
+        f"TPOT |err| p50={tp['p50']:.3f} p99={tp['p99']:.3f} ms  "
+        f"E2E |err| p50={e['p50']:.3f} p99={e['p99']:.3f} ms  "
         f"(source late p99={late['p99']:.3f} ms; waited for a CPU: {_waits(s['sched_ms'])}; "
-        f"load {s['load_avg_1m']:.2f})",
+        f"load {s['load_avg_1m']:.2f})\n"
+        f"{'':<11} reported (truth): ITL n={rep['itl_ms']['n']} ({true['itl_ms']['n']}) "
+        f"p50={rep['itl_ms']['p50']:.2f} ({true['itl_ms']['p50']:.2f}) ms, "
+        f"TPOT mean={rep['tpot_ms']['mean']:.2f} ({true['tpot_ms']['mean']:.2f}) ms, "
+        f"E2E mean={rep['e2e_ms']['mean']:.1f} ({true['e2e_ms']['mean']:.1f}) ms, "
+        f"tokens/chunk={rep['tokens_per_chunk']:.2f} ({true['tokens_per_chunk']:.2f})",
         flush=True,
     )
 
@@ -428,6 +534,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--ttft-ms", type=float, default=50.0)
     parser.add_argument("--itl-ms", type=float, default=20.0)
     parser.add_argument("--source-loop", choices=("asyncio", "uvloop"), default="uvloop")
+    parser.add_argument(
+        "--chunk-tokens",
+        type=parse_chunk_pattern,
+        default=(1,),
+        help="tokens per chunk the source sends, a pattern repeated (default 1; e.g. 1,3,2)",
+    )
     parser.add_argument(
         "--pin",
         action=argparse.BooleanOptionalAction,

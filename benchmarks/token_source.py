@@ -1,20 +1,23 @@
 """A calibrated token source: an OpenAI-completions SSE server whose timing is the truth.
 
 It answers ``POST /v1/completions`` (streaming) like vLLM does with ``return_token_ids``:
-one token per chunk, ``token_ids`` (and ``text``) in each, ``prompt_token_ids`` in the first
-when the prompt is token ids, ``finish_reason`` on the last token, a ``usage`` chunk, then
-``[DONE]``. Token ``k`` is due at ``arrival + ttft + k * itl`` (an absolute schedule: a late
-token does not push the later ones back). Just before handing each chunk to the socket it
-records ``time.perf_counter()``; those send times, not the schedule, are the truth a client's
+one token per chunk (or ``--chunk-tokens`` of them, as vLLM sends when its output lags the
+engine or with ``--stream-interval``), ``token_ids`` (and ``text``) in each,
+``prompt_token_ids`` in the first when the prompt is token ids, ``finish_reason`` on the last
+chunk, a ``usage`` chunk, then ``[DONE]``. Token ``k`` is due at ``arrival + ttft + k * itl``
+(an absolute schedule: a late token does not push the later ones back); a chunk goes when its
+last token is due. Just before handing each chunk to the socket it records
+``time.perf_counter()``; those send times, not the schedule, are the truth a client's
 measurements are compared with (on Linux ``perf_counter`` is ``CLOCK_MONOTONIC``, one clock
 for every process on the host).
 
 Run it in its own process, so that it does not share an event loop with the client measured::
 
-    python -m benchmarks.token_source --port 8123 --ttft-ms 50 --itl-ms 10
+    python -m benchmarks.token_source --port 8123 --ttft-ms 50 --itl-ms 10 --chunk-tokens 1,3
 
 Control: ``GET /health``, ``GET /v1/models``, ``GET /truth`` (every request since the last
-reset: arrival, due and send times, token ids, the ``X-Pdbench-Conversation`` header),
+reset: arrival, due and send times and tokens of each chunk, token ids, the
+``X-Pdbench-Conversation`` header),
 ``POST /reset`` (clears the truth; optional JSON ``{"ttft_ms": .., "itl_ms": ..}``).
 Token ids are a pure function of the request's serial number, and each token's text names
 its serial (`` s<serial>t<k>``), so a client that keeps only the text can be matched too.
@@ -68,6 +71,20 @@ def token_ids(serial: int, n: int, vocab_size: int = 512) -> list[int]:
 
 def token_text(serial: int, k: int) -> str:
     return f" s{serial}t{k}"
+
+
+def chunk_sizes(tokens: int, pattern: tuple[int, ...]) -> list[int]:
+    """Tokens per chunk of a ``tokens``-long answer: ``pattern`` repeated, the last chunk cut
+    to what is left."""
+    if not pattern or min(pattern) < 1:
+        raise ValueError(f"chunk pattern must be positive token counts, got {pattern}")
+    sizes: list[int] = []
+    left = tokens
+    while left > 0:
+        size = min(pattern[len(sizes) % len(pattern)], left)
+        sizes.append(size)
+        left -= size
+    return sizes
 
 
 def serial_from_text(text: str) -> int | None:
@@ -126,7 +143,7 @@ def token_chunk(
 
 
 class ChunkTemplate:
-    """``token_chunk`` of one request for a middle token (no prompt ids, no finish reason),
+    """``token_chunk`` of one request for a middle chunk (no prompt ids, no finish reason),
     pasted from pieces rendered once: no ``json.dumps`` per token, so the source spends less
     of the CPU it shares with the client it measures."""
 
@@ -140,8 +157,9 @@ class ChunkTemplate:
         self.mid = whole[text_at + len(json.dumps(self._TEXT)) : id_at]
         self.tail = whole[id_at + len(f"[{self._ID}]") :]
 
-    def render(self, token_id: int, text: str) -> bytes:
-        return f"{self.head}{_json_str(text)}{self.mid}[{token_id}]{self.tail}".encode()
+    def render(self, ids: list[int], text: str) -> bytes:
+        listed = ",".join(str(i) for i in ids)
+        return f"{self.head}{_json_str(text)}{self.mid}[{listed}]{self.tail}".encode()
 
 
 def usage_chunk(rid: str, model: str, created: int, prompt_tokens: int, tokens: int) -> bytes:
@@ -164,22 +182,31 @@ def usage_chunk(rid: str, model: str, created: int, prompt_tokens: int, tokens: 
 
 @dataclass
 class Truth:
-    """One request as the source served it (perf_counter seconds)."""
+    """One request as the source served it (perf_counter seconds; due and send per chunk)."""
 
     serial: int
     key: str  # the X-Pdbench-Conversation header, "" if absent
     arrival_s: float
     due_s: list[float] = field(default_factory=list)
     send_s: list[float] = field(default_factory=list)
+    chunk_tokens: list[int] = field(default_factory=list)
     token_ids: list[int] = field(default_factory=list)
     done_s: float = 0.0
     aborted: bool = False
 
 
 class TokenSource:
-    def __init__(self, ttft_ms: float, itl_ms: float, model: str, vocab_size: int = 512):
+    def __init__(
+        self,
+        ttft_ms: float,
+        itl_ms: float,
+        model: str,
+        vocab_size: int = 512,
+        chunk_tokens: tuple[int, ...] = (1,),
+    ):
         self.ttft_s = ttft_ms / 1e3
         self.itl_s = itl_ms / 1e3
+        self.chunk_tokens = chunk_tokens
         self.model = model
         self.vocab_size = vocab_size
         self.serial = 0
@@ -209,21 +236,27 @@ class TokenSource:
         await response.prepare(request)
         try:
             template = ChunkTemplate(rid, self.model, created)
-            for k in range(n):
-                if 0 < k < n - 1:
-                    chunk = template.render(ids[k], token_text(serial, k))
+            sizes = chunk_sizes(n, self.chunk_tokens)
+            k = 0  # the chunk's first token
+            for j, size in enumerate(sizes):
+                part = ids[k : k + size]
+                text = "".join(token_text(serial, i) for i in range(k, k + size))
+                if 0 < j < len(sizes) - 1:
+                    chunk = template.render(part, text)
                 else:
-                    finish = "length" if k == n - 1 else None
-                    first = prompt_ids if k == 0 else None
-                    text = token_text(serial, k)
-                    chunk = token_chunk(rid, self.model, created, [ids[k]], text, finish, first)
-                wait = schedule.wait_s(k, arrival, time.perf_counter())
+                    finish = "length" if j == len(sizes) - 1 else None
+                    first = prompt_ids if j == 0 else None
+                    chunk = token_chunk(rid, self.model, created, part, text, finish, first)
+                last = k + size - 1  # the chunk goes when its last token is due
+                wait = schedule.wait_s(last, arrival, time.perf_counter())
                 if wait > 0:
                     await asyncio.sleep(wait)
-                truth.due_s.append(arrival + schedule.offset_s(k))
+                truth.due_s.append(arrival + schedule.offset_s(last))
                 truth.send_s.append(time.perf_counter())
-                truth.token_ids.append(ids[k])
+                truth.chunk_tokens.append(size)
+                truth.token_ids.extend(part)
                 await response.write(chunk)
+                k += size
             await response.write(usage_chunk(rid, self.model, created, prompt_tokens, n) + DONE)
             await response.write_eof()
         except (ConnectionResetError, asyncio.CancelledError):
@@ -280,6 +313,13 @@ class TokenSource:
         return app
 
 
+def parse_chunk_pattern(text: str) -> tuple[int, ...]:
+    """``"1,3,2"`` -> (1, 3, 2); every count at least 1."""
+    pattern = tuple(int(x) for x in text.split(","))
+    chunk_sizes(1, pattern)  # raises on a zero or negative count
+    return pattern
+
+
 def main(argv: list[str] | None = None) -> None:
     from aiohttp import web
 
@@ -290,6 +330,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--itl-ms", type=float, default=10.0)
     parser.add_argument("--model", default="token-source")
     parser.add_argument("--vocab-size", type=int, default=512)
+    parser.add_argument(
+        "--chunk-tokens",
+        type=parse_chunk_pattern,
+        default=(1,),
+        help="tokens per chunk, a comma-separated pattern repeated (default 1; e.g. 1,3,2)",
+    )
     parser.add_argument(
         "--loop", choices=("asyncio", "uvloop"), default="uvloop", help="uvloop if installed"
     )
@@ -304,7 +350,7 @@ def main(argv: list[str] | None = None) -> None:
             loop_factory = uvloop.new_event_loop
         except ImportError:
             pass
-    source = TokenSource(args.ttft_ms, args.itl_ms, args.model, args.vocab_size)
+    source = TokenSource(args.ttft_ms, args.itl_ms, args.model, args.vocab_size, args.chunk_tokens)
     kwargs = {"loop": loop_factory()} if loop_factory else {}
     web.run_app(
         source.app(),

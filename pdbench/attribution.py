@@ -37,8 +37,11 @@ def latency_stats(values: list[float]) -> LatencyStats:
 
 
 def summarize(records: list[RequestRecord], duration_s: float) -> Summary:
+    """Latency statistics of the ok requests: ITL over the gaps between chunks, TPOT over the
+    requests of two tokens or more (as ``vllm bench serve`` counts them)."""
     ok = [r for r in records if r.status == "ok"]
     output_tokens = sum(len(r.output_token_ids) for r in ok)
+    chunks = sum(len(r.chunk_tokens) for r in ok)
     return Summary(
         ttft_ms=latency_stats([r.ttft_ms for r in ok]),
         itl_ms=latency_stats([x for r in ok for x in r.itl_ms]),
@@ -48,6 +51,8 @@ def summarize(records: list[RequestRecord], duration_s: float) -> Summary:
         output_tokens=output_tokens,
         duration_s=duration_s,
         throughput_tok_s=output_tokens / duration_s if duration_s > 0 else 0.0,
+        tpot_ms=latency_stats([r.tpot_ms for r in ok if len(r.output_token_ids) > 1]),
+        tokens_per_chunk_mean=sum(sum(r.chunk_tokens) for r in ok) / chunks if chunks else 0.0,
     )
 
 

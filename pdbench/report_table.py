@@ -62,7 +62,10 @@ def print_run_table(points: list[dict[str, Any]], run_dir: str) -> None:
             console.print(
                 f"  {p['flow']:<12} {p['status']:<6} requests {s['requests']} "
                 f"(failed {s['failed_requests']}), TTFT p50 {s['ttft_ms']['p50']:.0f} ms, "
-                f"ITL p50 {s['itl_ms']['p50']:.1f} ms, KV moved {p['transfer']['bytes']:.0f} B"
+                f"ITL p50 {s['itl_ms']['p50']:.1f} ms "
+                f"({s.get('tokens_per_chunk_mean', 0.0):.1f} tokens/chunk), "
+                f"TPOT p50 {s.get('tpot_ms', {}).get('p50', 0.0):.1f} ms, "
+                f"KV moved {p['transfer']['bytes']:.0f} B"
                 + (f"\n    error: {p['error'].splitlines()[0]}" if p.get("error") else "")
             )
             for flag in p.get("flags", []):

@@ -49,13 +49,19 @@ class RequestRecord:
     output_token_ids: list[int]
     ttft_ms: float
     itl_ms: list[float]
-    e2e_ms: float
+    e2e_ms: float  # request sent -> last token arrived (-> failure, if it failed)
     start_s: float  # seconds since the Point started
     status: str = "ok"  # ok | failed
     error: str = ""
     path: str = ""  # the router's route for this turn (e.g. "pull", "recompute", "agg")
     cached_tokens: int = -1  # the server's prompt_tokens_details.cached_tokens, -1: absent
     prefill_ms: float = -1.0  # P's share of TTFT as the router saw it, -1: P not asked
+    # Tokens per chunk, the first chunk included (a chunk: the tokens one read from the
+    # socket brought); ``itl_ms`` holds the gaps between consecutive chunks, one per chunk
+    # after the first, so len(chunk_tokens) == len(itl_ms) + 1 and no ITL is 0.
+    chunk_tokens: list[int] = field(default_factory=list)
+    # (e2e_ms - ttft_ms) / (tokens - 1), 0 with one token or none: vllm bench serve's TPOT.
+    tpot_ms: float = 0.0
 
 
 @dataclass
@@ -69,13 +75,15 @@ class LatencyStats:
 @dataclass
 class Summary:
     ttft_ms: LatencyStats = field(default_factory=LatencyStats)
-    itl_ms: LatencyStats = field(default_factory=LatencyStats)
+    itl_ms: LatencyStats = field(default_factory=LatencyStats)  # over gaps between chunks
     e2e_ms: LatencyStats = field(default_factory=LatencyStats)
     requests: int = 0
     failed_requests: int = 0
     output_tokens: int = 0
     duration_s: float = 0.0
     throughput_tok_s: float = 0.0
+    tpot_ms: LatencyStats = field(default_factory=LatencyStats)  # over requests of 2+ tokens
+    tokens_per_chunk_mean: float = 0.0  # output tokens / chunks, ok requests
 
 
 @dataclass

@@ -133,7 +133,7 @@ async def stream_one(
     t0: float,
     output_tokens: int | None = None,
 ) -> RequestRecord:
-    """Send one streaming completion; time each token on arrival."""
+    """Send one streaming completion; time each chunk of tokens on arrival (``ChunkClock``)."""
     record = RequestRecord(
         conversation=conv,
         turn=turn,
@@ -152,8 +152,7 @@ async def stream_one(
         "Content-Type": "application/json",
     }
     data = _encode(completion_body(opts, prompt, output_tokens))
-    start = time.perf_counter()
-    last = start
+    clock = ChunkClock(record, time.perf_counter())
     try:
         async with session.post(f"{opts.url}/v1/completions", data=data, headers=headers) as resp:
             record.path = resp.headers.get(PATH_HEADER, "")
@@ -161,29 +160,70 @@ async def stream_one(
             if resp.status != 200:
                 text = await resp.text()
                 raise RuntimeError(f"HTTP {resp.status}: {text[:500]}")
-            # Per chunk: one clock read, then cheap parsing (see _fast_decoder): what this loop
+            # Per read: one clock read, then cheap parsing (see _fast_decoder): what this loop
             # spends delays the timestamps of every other stream sharing the event loop.
-            buffer = b""
             async for chunk in resp.content.iter_any():
-                now = time.perf_counter()
-                buffer += chunk
-                *events, buffer = buffer.split(b"\n\n")
-                for event in events:
-                    n = _handle_event(event, record)
-                    if n:
-                        if len(record.output_token_ids) == n:  # the first tokens
-                            record.ttft_ms = (now - start) * 1e3
-                        else:
-                            record.itl_ms.append((now - last) * 1e3)
-                            record.itl_ms.extend([0.0] * (n - 1))
-                        last = now
+                clock.feed(chunk, time.perf_counter())
         if not record.output_token_ids:
             raise RuntimeError("stream ended without tokens")
     except Exception as exc:  # recorded, never dropped
         record.status = "failed"
         record.error = describe_failure(exc, opts.timeout_s)
-    record.e2e_ms = (time.perf_counter() - start) * 1e3
+    clock.finish(time.perf_counter())
     return record
+
+
+class ChunkClock:
+    """Times one streamed answer chunk by chunk, as ``vllm bench serve`` does.
+
+    A chunk is what one read from the socket brought: SSE events that arrive together cannot
+    be told apart in time, so their tokens count as one chunk (vLLM itself puts several
+    tokens in one event when its output lags the engine). TTFT: start to the first chunk
+    with tokens; ITL: gaps between consecutive chunks with tokens, one per chunk after the
+    first (never 0 for the extra tokens of a chunk); ``chunk_tokens``: tokens per chunk; E2E:
+    start to the last chunk with tokens (the usage event and ``[DONE]`` after it excluded);
+    TPOT: ``tpot_ms``.
+    """
+
+    def __init__(self, record: RequestRecord, start: float):
+        self.record = record
+        self.start = start
+        self.last = start
+        self.buffer = b""
+
+    def feed(self, data: bytes, now: float) -> None:
+        """Parse what one read brought at ``now`` (perf_counter seconds)."""
+        self.buffer += data
+        *events, self.buffer = self.buffer.split(b"\n\n")
+        tokens = 0
+        try:
+            for event in events:
+                tokens += _handle_event(event, self.record)
+        finally:  # a server error after some tokens still times the tokens before it
+            if tokens:
+                self._chunk(tokens, now)
+
+    def _chunk(self, tokens: int, now: float) -> None:
+        record = self.record
+        if record.chunk_tokens:
+            record.itl_ms.append((now - self.last) * 1e3)
+        else:
+            record.ttft_ms = (now - self.start) * 1e3
+        record.chunk_tokens.append(tokens)
+        self.last = now
+
+    def finish(self, now: float) -> None:
+        """Close the record: E2E (to the last token, or to ``now`` if it failed) and TPOT."""
+        record = self.record
+        end = self.last if record.status == "ok" and record.chunk_tokens else now
+        record.e2e_ms = (end - self.start) * 1e3
+        record.tpot_ms = tpot_ms(record.ttft_ms, record.e2e_ms, len(record.output_token_ids))
+
+
+def tpot_ms(ttft_ms: float, e2e_ms: float, tokens: int) -> float:
+    """Time per output token after the first: (E2E - TTFT) / (tokens - 1); 0 for one token
+    or none (``vllm bench serve``'s TPOT, ``benchmarks/serve.py``)."""
+    return (e2e_ms - ttft_ms) / (tokens - 1) if tokens > 1 else 0.0
 
 
 def describe_failure(exc: BaseException, timeout_s: float) -> str:

@@ -39,6 +39,7 @@ def run_module(module: str, args: list[str], timeout_s: float) -> subprocess.Com
 def test_timing_fidelity_writes_matched_errors_for_each_stream_count(tmp_path):
     out = tmp_path / "fidelity.json"
     args = ["--streams", "1,8", "--tokens", "12", "--rounds", "2", "--itl-ms", "5"]
+    args += ["--chunk-tokens", "1,3,2"]  # 6 chunks of 12 tokens: 5 gaps per request
     run_module("benchmarks.timing_fidelity", [*args, "--no-vllm-bench", "--out", str(out)], 300)
     data = json.loads(out.read_text())
     assert data["benchmark"] == "timing_fidelity"
@@ -52,8 +53,13 @@ def test_timing_fidelity_writes_matched_errors_for_each_stream_count(tmp_path):
         assert r["ids_equal"] is True
         for key in ("ttft_abs_error_ms", "itl_abs_error_ms", "source_late_ms"):
             assert set(r[key]) == STAT_KEYS
-        assert r["itl_abs_error_ms"]["n"] == r["matched"] * 11
+        assert r["itl_abs_error_ms"]["n"] == r["matched"] * 5
         assert r["ttft_abs_error_ms"]["n"] == r["matched"]
+        assert r["tpot_abs_error_ms"]["n"] == r["e2e_abs_error_ms"]["n"] == r["matched"]
+        rep, true = r["reported"], r["truth"]
+        assert rep["tokens_per_chunk"] == true["tokens_per_chunk"] == 2.0
+        assert rep["itl_ms"]["n"] == true["itl_ms"]["n"] == r["matched"] * 5
+        assert rep["itl_ms"]["p50"] > 0  # no 0.0 for the extra tokens of a chunk
     assert "unavailable" in data["results"]["vllm_bench_serve"]
 
 
@@ -72,19 +78,28 @@ def test_token_ids_pdbench_measures_are_those_the_source_sent(tmp_path):
         t = truth[f"ids:{r.conversation}"]
         assert r.status == "ok", r.error
         assert r.output_token_ids == t["token_ids"] and len(t["token_ids"]) == 10
-        assert len(r.itl_ms) == len(t["send_s"]) - 1
+        assert sum(r.chunk_tokens) == 10 and len(r.itl_ms) == len(r.chunk_tokens) - 1
+        assert len(r.chunk_tokens) <= len(t["send_s"])  # chunks read together are one
         assert not t["aborted"]
 
 
 def test_vllm_bench_serve_is_driven_against_the_same_source(tmp_path):
     out = tmp_path / "fidelity.json"
     args = ["--streams", "2", "--tokens", "8", "--rounds", "1", "--itl-ms", "5"]
-    run_module("benchmarks.timing_fidelity", [*args, "--out", str(out)], 900)
-    vb = json.loads(out.read_text())["results"]["vllm_bench_serve"]
+    run_module(
+        "benchmarks.timing_fidelity", [*args, "--chunk-tokens", "1,3", "--out", str(out)], 900
+    )
+    results = json.loads(out.read_text())["results"]
+    vb, pd = results["vllm_bench_serve"], results["pdbench"]
     assert "unavailable" not in vb, vb.get("unavailable")
     assert vb["2"]["matched"] == vb["2"]["requests"] == 2
     assert vb["2"]["itl_count_mismatches"] == 0
     assert set(vb["2"]["itl_abs_error_ms"]) == STAT_KEYS
+    # The same definitions: one ITL per chunk (4 chunks: 3 gaps), TPOT per request.
+    for r in (vb["2"], pd["2"]):
+        assert r["reported"]["itl_ms"]["n"] == r["truth"]["itl_ms"]["n"] == 2 * 3
+        assert r["reported"]["tpot_ms"]["n"] == 2 and r["reported"]["tokens_per_chunk"] == 2.0
+    assert vb["2"]["reported"]["vllm_summary_ms"]["mean_tpot_ms"] > 0
 
 
 def test_router_overhead_through_the_router_to_the_token_source(tmp_path):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from tests.e2e.conftest import load_points, outputs_by_turn, run_pdbench, server_pids
@@ -44,6 +46,27 @@ def test_every_flow_recorded_ok_with_the_schema(smoke_run):
     for flow in ("agg", "recompute", "pull"):
         assert flow in proc.stdout
     assert str(run_dir) in proc.stdout
+
+
+def test_itl_is_one_gap_per_chunk_and_tpot_spans_the_tokens_after_the_first(smoke_run):
+    """Real vLLM streams: chunks of several tokens get one ITL, never 0.0 for the extra ones;
+    TPOT = (E2E - TTFT) / (tokens - 1) and equals the sum of the chunk gaps over the same."""
+    run_dir, _ = smoke_run
+    for flow, point in load_points(run_dir).items():
+        lines = (run_dir / point["requests_file"]).read_text().splitlines()
+        records = [json.loads(line) for line in lines if line.strip()]
+        for r in records:
+            tokens = len(r["output_token_ids"])
+            assert sum(r["chunk_tokens"]) == tokens, (flow, r["chunk_tokens"])
+            assert len(r["itl_ms"]) == len(r["chunk_tokens"]) - 1, flow
+            assert all(gap > 0 for gap in r["itl_ms"]), (flow, r["itl_ms"])
+            assert tokens > 1
+            assert r["tpot_ms"] == pytest.approx((r["e2e_ms"] - r["ttft_ms"]) / (tokens - 1))
+            assert r["tpot_ms"] == pytest.approx(sum(r["itl_ms"]) / (tokens - 1), rel=1e-6)
+        s = point["summary"]
+        chunks = sum(len(r["chunk_tokens"]) for r in records)
+        assert s["tokens_per_chunk_mean"] == pytest.approx(s["output_tokens"] / chunks)
+        assert s["tpot_ms"]["p50"] > 0 and s["itl_ms"]["p50"] > 0
 
 
 def test_pull_moves_history_from_d_and_computes_less_than_recompute(smoke_run):

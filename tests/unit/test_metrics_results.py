@@ -77,6 +77,24 @@ def test_percentiles_and_summary_count_failures():
     assert s.throughput_tok_s == 1.0
 
 
+def test_summary_itl_over_chunk_gaps_tpot_over_requests_of_two_tokens_or_more():
+    def rec(tokens, chunks, itl, tpot):
+        return RequestRecord(
+            0, 1, "pull", 8, 0, list(range(tokens)), 5.0, itl, 0.0, 0.0,
+            chunk_tokens=chunks, tpot_ms=tpot,
+        )  # fmt: skip
+
+    recs = [
+        rec(4, [1, 3], [9.0], 3.0),  # one gap for a chunk of 3 tokens: no zeros
+        rec(3, [1, 1, 1], [2.0, 4.0], 5.0),
+        rec(1, [1], [], 0.0),  # one token: no TPOT
+    ]
+    s = attribution.summarize(recs, duration_s=1.0)
+    assert s.itl_ms.p50 == 4.0 and s.itl_ms.mean == pytest.approx(5.0)
+    assert s.tpot_ms.mean == 4.0 and s.tpot_ms.p50 == 4.0  # two requests, not three
+    assert s.tokens_per_chunk_mean == pytest.approx(8 / 6)
+
+
 def test_store_writes_atomically_and_reads_back(tmp_path):
     store = RunStore(tmp_path)
     assert store.point_status("p1") == "pending"

@@ -6,13 +6,15 @@ import json
 
 import pytest
 
-from benchmarks.timing_fidelity import compare, stats, summarize
+from benchmarks.timing_fidelity import compare, stats, summarize, truth_definitions
 from benchmarks.token_source import (
     DONE,
     FIRST_ID,
     ChunkTemplate,
     Schedule,
+    chunk_sizes,
     intervals_ms,
+    parse_chunk_pattern,
     serial_from_text,
     token_chunk,
     token_ids,
@@ -67,10 +69,19 @@ def test_chunks_are_vllm_shaped_and_pdbench_parses_them():
 
 def test_template_renders_the_same_bytes_as_token_chunk():
     t = ChunkTemplate("cmpl-7", 'model "quoted" \\ path', 1795383650)
-    for token_id, text in ((5, token_text(7, 3)), (511, ' "odd"\ttext\u00e9')):
-        assert t.render(token_id, text) == token_chunk(
-            "cmpl-7", 'model "quoted" \\ path', 1795383650, [token_id], text, None
+    for ids, text in (([5], token_text(7, 3)), ([511, 4, 9], ' "odd"\ttext\u00e9')):
+        assert t.render(ids, text) == token_chunk(
+            "cmpl-7", 'model "quoted" \\ path', 1795383650, ids, text, None
         )
+
+
+def test_chunk_sizes_repeat_the_pattern_and_cut_the_last():
+    assert chunk_sizes(5, (1,)) == [1, 1, 1, 1, 1]
+    assert chunk_sizes(9, (1, 3, 2)) == [1, 3, 2, 1, 2]
+    assert chunk_sizes(2, (4,)) == [2] and chunk_sizes(0, (2,)) == []
+    assert parse_chunk_pattern("1,3,2") == (1, 3, 2)
+    with pytest.raises(ValueError):
+        parse_chunk_pattern("1,0")
 
 
 def test_errors_are_measured_minus_true():
@@ -93,3 +104,28 @@ def test_errors_are_measured_minus_true():
     assert s["itl_count_mismatches"] == 1
     assert s["itl_abs_error_ms"]["max"] == pytest.approx(0.5)
     assert stats([])["n"] == 0
+
+
+def test_tpot_and_e2e_errors_against_the_sources_chunks():
+    # Three chunks of 1, 3 and 1 tokens sent at +50, +80, +90 ms.
+    truth = {
+        "arrival_s": 10.0,
+        "due_s": [10.05, 10.08, 10.09],
+        "send_s": [10.05, 10.08, 10.09],
+        "chunk_tokens": [1, 3, 1],
+        "token_ids": [4, 5, 6, 7, 8],
+    }
+    row = compare(51.0, [30.0, 10.5], truth, tpot_ms=10.5, e2e_ms=92.0)
+    assert row["itl_count_ok"] is True and row["itl_error_ms"] == pytest.approx([0.0, 0.5])
+    assert row["tpot_error_ms"] == pytest.approx(10.5 - 40.0 / 4)
+    assert row["e2e_error_ms"] == pytest.approx(2.0)
+    s = summarize([row], requests=1, failed=[])
+    assert s["tpot_bias_ms"] == pytest.approx(0.5) and s["e2e_abs_error_ms"][
+        "max"
+    ] == pytest.approx(2.0)
+    one = {**truth, "send_s": [10.05], "due_s": [10.05], "chunk_tokens": [1], "token_ids": [4]}
+    d = truth_definitions([truth, one])
+    assert d["itl_ms"]["n"] == 2 and d["tpot_ms"]["n"] == 1  # TPOT: requests of 2+ tokens
+    assert d["tpot_ms"]["mean"] == pytest.approx(10.0)
+    assert d["tokens_per_chunk"] == pytest.approx(6 / 4)
+    assert d["e2e_ms"]["mean"] == pytest.approx((90.0 + 50.0) / 2)

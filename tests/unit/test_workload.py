@@ -8,11 +8,13 @@ from pdbench.lengths import draw_length, max_length
 from pdbench.results import RequestRecord
 from pdbench.workload import (
     FIRST_ID,
+    ChunkClock,
     RequestOptions,
     _handle_event,
     build_conversations,
     completion_body,
     describe_failure,
+    tpot_ms,
 )
 
 pytestmark = pytest.mark.unit
@@ -47,6 +49,74 @@ def test_sse_events_fill_the_record():
     assert rec.output_token_ids == [7, 8, 9] and rec.cached_tokens == 64
     with pytest.raises(RuntimeError, match="server error"):
         _handle_event(b'data: {"error": {"message": "boom"}}', rec)
+
+
+def sse(*token_lists: list[int]) -> bytes:
+    """SSE events of a completions stream, one per list of token ids."""
+    return b"".join(
+        b'data: {"choices":[{"token_ids":%s}]}\n\n' % str(t).encode() for t in token_lists
+    )
+
+
+USAGE_AND_DONE = b'data: {"choices":[],"usage":{"prompt_tokens_details":null}}\n\ndata: [DONE]\n\n'
+
+
+def clocked(reads: list[tuple[float, bytes]], start: float = 10.0) -> RequestRecord:
+    """A record timed by ``ChunkClock`` from (arrival seconds, bytes) reads."""
+    rec = RequestRecord(0, 1, "agg", 2, 0, [], 0.0, [], 0.0, 0.0)
+    clock = ChunkClock(rec, start)
+    for now, data in reads:
+        clock.feed(data, now)
+    clock.finish(reads[-1][0] + 0.5)
+    return rec
+
+
+def test_one_itl_per_chunk_and_no_zero_for_a_chunk_of_several_tokens():
+    # 1 token at +100 ms, 3 tokens in one event at +120, 1 at +150, then usage + DONE later.
+    rec = clocked(
+        [(10.1, sse([5])), (10.12, sse([6, 7, 8])), (10.15, sse([9])), (10.3, USAGE_AND_DONE)]
+    )
+    assert rec.output_token_ids == [5, 6, 7, 8, 9]
+    assert rec.chunk_tokens == [1, 3, 1]
+    assert rec.ttft_ms == pytest.approx(100.0)
+    assert rec.itl_ms == pytest.approx([20.0, 30.0])
+    assert len(rec.chunk_tokens) == len(rec.itl_ms) + 1 and 0.0 not in rec.itl_ms
+    assert rec.e2e_ms == pytest.approx(150.0)  # to the last token, not to [DONE]
+    assert rec.tpot_ms == pytest.approx((150.0 - 100.0) / 4)  # 4 tokens after the first
+
+
+def test_events_of_one_read_are_one_chunk_and_split_events_are_joined():
+    first, second = sse([5]), sse([6], [7])
+    reads = [(10.01, first[:9]), (10.02, first[9:]), (10.05, second), (10.07, sse([8])[:-2])]
+    reads.append((10.09, b"\n\n" + USAGE_AND_DONE))  # the last event ends in this read
+    rec = clocked(reads)
+    assert rec.chunk_tokens == [1, 2, 1]  # the half event brought no tokens; two events, one read
+    assert rec.ttft_ms == pytest.approx(20.0)
+    assert rec.itl_ms == pytest.approx([30.0, 40.0])
+    assert rec.e2e_ms == pytest.approx(90.0)
+    assert rec.tpot_ms == pytest.approx(70.0 / 3)
+
+
+def test_tpot_is_zero_for_one_token_and_a_single_chunk_has_no_itl():
+    rec = clocked([(10.2, sse([5])), (10.2, USAGE_AND_DONE)])
+    assert (rec.chunk_tokens, rec.itl_ms, rec.tpot_ms) == ([1], [], 0.0)
+    assert rec.e2e_ms == pytest.approx(rec.ttft_ms) == pytest.approx(200.0)
+    rec = clocked([(10.2, sse([5, 6, 7, 8]) + USAGE_AND_DONE)])  # all in one chunk
+    assert (rec.chunk_tokens, rec.itl_ms, rec.tpot_ms) == ([4], [], 0.0)
+    assert tpot_ms(100.0, 100.0, 0) == tpot_ms(100.0, 250.0, 1) == 0.0
+    assert tpot_ms(100.0, 250.0, 4) == pytest.approx(50.0)
+
+
+def test_a_failed_stream_keeps_its_tokens_timed_and_its_e2e_runs_to_the_failure():
+    rec = RequestRecord(0, 1, "agg", 2, 0, [], 0.0, [], 0.0, 0.0)
+    clock = ChunkClock(rec, 10.0)
+    clock.feed(sse([5]), 10.1)
+    with pytest.raises(RuntimeError, match="server error"):
+        clock.feed(sse([6, 7]) + b'data: {"error": {"message": "boom"}}\n\n', 10.2)
+    rec.status = "failed"
+    clock.finish(10.4)
+    assert rec.chunk_tokens == [1, 2] and rec.itl_ms == pytest.approx([100.0])
+    assert rec.e2e_ms == pytest.approx(400.0)
 
 
 def test_long_doc_shares_one_prefix_and_jitter_varies_lengths():
