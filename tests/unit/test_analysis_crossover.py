@@ -18,7 +18,7 @@ from analysis.crossover import (
     transfer_bytes_per_token,
 )
 from analysis.load import load_runs, normalize_trace
-from analysis.model_cost import BUILTIN_SHAPES
+from analysis.model_cost import known_shapes
 from analysis.synthetic import SyntheticDeployment, write_synthetic_run
 
 pytestmark = pytest.mark.unit
@@ -72,7 +72,7 @@ def test_recommend_threshold_rounds_to_blocks_and_explains():
 
 
 def test_transfer_bytes_per_token_is_one_d_rank():
-    s = BUILTIN_SHAPES["llama3_8b"]
+    s = known_shapes()["llama3_8b"]
     assert transfer_bytes_per_token(s, 1) == 131072
     assert transfer_bytes_per_token(s, 4) == 131072 / 4
     assert transfer_bytes_per_token(s, 16) == 131072 / 8  # a replicated head per rank

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import math
+import re
+from pathlib import Path
 
 import numpy as np
 import pytest
 
 from analysis import whatif
 from analysis.crossover import CROSSING, first_principles_saving, predicted_crossover
-from analysis.model_cost import BUILTIN_SHAPES, ModelShape, known_shapes
+from analysis.model_cost import ModelShape, known_shapes
 
 pytestmark = pytest.mark.unit
 
@@ -50,9 +52,9 @@ def test_head_dim_defaults_and_builtin_shapes():
                                  "head_dim": 0, "num_kv_heads": 2, "num_layers": 2,
                                  "dtype": "float32"})  # fmt: skip
     assert tiny.head_dim == 32 and tiny.kv_bytes_per_token == 1024
-    assert BUILTIN_SHAPES["llama3_70b"].kv_bytes_per_token == 327680  # 320 KiB
-    assert BUILTIN_SHAPES["llama3_70b"].params == pytest.approx(70.55e9, rel=1e-3)
-    assert BUILTIN_SHAPES["llama3_8b"] == ModelShape.from_dict(LLAMA_8B)
+    assert known_shapes()["llama3_70b"].kv_bytes_per_token == 327680  # 320 KiB
+    assert known_shapes()["llama3_70b"].params == pytest.approx(70.55e9, rel=1e-3)
+    assert known_shapes()["llama3_8b"] == ModelShape.from_dict(LLAMA_8B)
     with pytest.raises(ValueError, match="lacks"):
         ModelShape.from_dict({"name": "x", "num_layers": 2})
 
@@ -69,7 +71,17 @@ def test_known_shapes_reads_conf_model(tmp_path):
     (tmp_path / "partial.yaml").write_text("name: partial\n")
     shapes = known_shapes(tmp_path)
     assert shapes["mine"].kv_bytes_per_token == 2 * 4 * 4 * 64 * 2
-    assert "partial" not in shapes and "llama3_8b" in shapes
+    assert set(shapes) == {"mine"}  # conf/model only: no shape written anywhere else
+
+
+def test_model_shapes_are_written_in_conf_model_only():
+    """The analysis and the synthetic runs take their shapes from conf/model (issue 14)."""
+    root = Path(__file__).resolve().parents[2]
+    for path in sorted((root / "analysis").glob("*.py")):
+        found = re.findall(
+            r"(?:num_kv_heads|intermediate_size)[\"']?\s*[:=]\s*\d", path.read_text()
+        )
+        assert not found, f"{path.name} writes a model shape: {found}"
 
 
 def test_first_principles_crossover_matches_the_closed_form():
