@@ -171,8 +171,16 @@ POINT_COLUMNS = list(point_row("", {"point_id": "?"}))
 
 
 def turn_rows(point: dict[str, Any], row: dict[str, Any]) -> list[dict[str, Any]]:
-    keep = ("run_dir", "point_id", "deployment_id", "flow", "status", "history_tokens", "kind",
-            "repetition")  # fmt: skip
+    keep = (
+        "run_dir",
+        "point_id",
+        "deployment_id",
+        "flow",
+        "status",
+        "history_tokens",
+        "kind",
+        "repetition",
+    )
     out = []
     for t in point.get("by_turn") or []:
         paths = t.get("paths") or {}
@@ -197,7 +205,13 @@ class RunData:
     bench: pd.DataFrame
     deployments: dict[str, dict[str, Any]]  # deployment id -> PointResult.deployment
     notes: list[str] = field(default_factory=list)  # what is missing or odd, for the reader
-    corrupt: list[str] = field(default_factory=list)  # "<file>: <what is wrong>", never ok
+    corrupt_points: list[str] = field(default_factory=list)  # "<file>: <what is wrong>"
+    corrupt_requests: list[str] = field(default_factory=list)  # request files with bad lines
+
+    @property
+    def corrupt(self) -> list[str]:
+        """Every corrupt record file, named (never counted ok)."""
+        return self.corrupt_points + self.corrupt_requests
 
     @property
     def ok_points(self) -> pd.DataFrame:
@@ -348,6 +362,7 @@ def load_runs(run_dirs: list[str | Path], progress: Progress | None = _stderr) -
     say = progress or (lambda _msg: None)
     notes: list[str] = []
     corrupt: list[str] = []
+    bad_requests: list[str] = []
     manifests: dict[str, dict[str, Any]] = {}
     points, turns, requests, traces, bench = [], [], [], [], []
     deployments: dict[str, dict[str, Any]] = {}
@@ -378,7 +393,7 @@ def load_runs(run_dirs: list[str | Path], progress: Progress | None = _stderr) -
             turns.extend(turn_rows(p, row))
             req_file = root / (p.get("requests_file") or f"requests/{row['point_id']}.jsonl")
             if req_file.is_file():
-                requests.extend(_request_rows(p, row, _read_jsonl(req_file, corrupt)))
+                requests.extend(_request_rows(p, row, _read_jsonl(req_file, bad_requests)))
         points.extend(rows)
         traces.extend(_load_traces(root, run_dir, rows, notes))
         bench.extend(_load_bench(root, run_dir, notes))
@@ -392,7 +407,8 @@ def load_runs(run_dirs: list[str | Path], progress: Progress | None = _stderr) -
         bench=pd.DataFrame(bench),
         deployments=deployments,
         notes=notes,
-        corrupt=corrupt,
+        corrupt_points=corrupt,
+        corrupt_requests=bad_requests,
     )
 
 
@@ -428,7 +444,7 @@ def _frame(rows: list[dict[str, Any]], columns: list[str]) -> pd.DataFrame:
 def deployment_label(dep_id: str, points: pd.DataFrame, omit: tuple[str, ...] = ()) -> str:
     """``model · transport · TP P->D · placement · threshold`` for a deployment id.
 
-    ``omit``: parts left out (``"transport"``, ``"placement"``, ``"threshold"``), e.g. to name
+    ``omit``: parts left out (``"transport"``, ``"tp"``, ``"placement"``, ``"threshold"``), to name
     the family of deployments that differ only by that part.
     """
     rows = points[points["deployment_id"] == dep_id] if len(points) else points
@@ -436,7 +452,8 @@ def deployment_label(dep_id: str, points: pd.DataFrame, omit: tuple[str, ...] = 
         return dep_id
     r = rows.iloc[0]
     parts = [str(r["model"])] + ([] if "transport" in omit else [str(r["transport"])])
-    parts.append(f"TP {r['tp_pair']}" if r["tp_pair"] != "agg" else "agg")
+    if "tp" not in omit:
+        parts.append(f"TP {r['tp_pair']}" if r["tp_pair"] != "agg" else "agg")
     if r.get("placement") and "placement" not in omit:
         parts.append(str(r["placement"]))
     thr = r["threshold"]

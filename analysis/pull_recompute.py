@@ -177,3 +177,78 @@ def measure(req: pd.DataFrame, dep_id: str, pull_flow: str = "pull") -> Measured
     first = paired(mine[mine["turn"] == 1], pull_flow, "recompute")
     out.control = control(first, out.largest_effect)
     return out
+
+
+def flow_levels(req: pd.DataFrame, dep_id: str) -> pd.DataFrame:
+    """Mean TTFT per (flow, kind, history length, turn) with its 95% interval over the
+    repetitions: columns ``flow kind h turn x ttft_ms low high repetitions``."""
+    cols = ["flow", "kind", "h", "turn", "x", "ttft_ms", "low", "high", "repetitions"]
+    mine = req[req["deployment_id"] == dep_id] if len(req) else req
+    if not len(mine):
+        return pd.DataFrame(columns=cols)
+    per_rep = mine.groupby(["flow", *CLUSTER, "turn"], as_index=False)[["x", "ttft_ms"]].mean()
+    rows = []
+    for (flow, kind, h, turn), g in per_rep.groupby(["flow", "kind", "h", "turn"]):
+        v = mean_verdict(g["ttft_ms"].to_numpy(float))
+        rows.append([flow, kind, h, turn, g["x"].mean(), v.estimate, v.low, v.high, len(g)])
+    return pd.DataFrame(rows, columns=cols)
+
+
+def paired_difference(
+    left: pd.DataFrame,
+    right: pd.DataFrame,
+    key: list[str],
+    relative: bool = False,
+    cluster: list[str] | None = None,
+    stratum: list[str] | None = None,
+) -> Verdict:
+    """``left - right`` TTFT (ms) of requests paired on ``key``, or their ratio
+    (``relative``: ``exp(mean log(left / right)) - 1`` in %), averaged per repetition
+    (``cluster``), each repetition weighing the same, strata: ``stratum``."""
+    cluster = [c for c in CLUSTER if c in key] if cluster is None else cluster
+    stratum = [c for c in STRATUM if c in key] if stratum is None else stratum
+    unit = "%" if relative else "ms"
+    if not len(left) or not len(right):
+        return mean_verdict(np.array([]), unit)
+    lf = left.groupby(key, as_index=False)["ttft_ms"].mean()
+    rt = right.groupby(key, as_index=False)["ttft_ms"].mean()
+    m = lf.merge(rt, on=key, suffixes=("_a", "_b"))
+    m = m[(m["ttft_ms_a"] > 0) & (m["ttft_ms_b"] > 0)] if relative else m
+    if not len(m):
+        return mean_verdict(np.array([]), unit)
+    d = np.log(m["ttft_ms_a"] / m["ttft_ms_b"]) if relative else m["ttft_ms_a"] - m["ttft_ms_b"]
+    per = m.assign(d=d).groupby(cluster, as_index=False)["d"].mean()
+    _, st = cluster_index(per, cluster, stratum)
+    spread = linear_interval((per["d"].to_numpy(float) / len(per))[:, None], st)
+    (v,) = verdicts(spread, int(np.bincount(st).min()), len(m), unit)
+    return as_percent(v) if relative else v
+
+
+def as_percent(v: Verdict) -> Verdict:
+    """A verdict on a mean log ratio as a relative change in % (monotone: same decision)."""
+
+    def pc(x: float) -> float:
+        return 100.0 * math.expm1(x) if np.isfinite(x) else math.nan
+
+    return Verdict(
+        pc(v.estimate),
+        pc(v.low),
+        pc(v.high),
+        v.se,
+        v.df,
+        v.repetitions,
+        v.requests,
+        v.status,
+        "%",
+        v.more_repetitions,
+    )
+
+
+def level(req: pd.DataFrame) -> Verdict:
+    """Mean TTFT of these requests, each repetition weighing the same, with its interval."""
+    per = req.groupby(CLUSTER, as_index=False)["ttft_ms"].mean() if len(req) else req
+    if not len(per):
+        return mean_verdict(np.array([]))
+    _, st = cluster_index(per, CLUSTER, STRATUM)
+    spread = linear_interval((per["ttft_ms"].to_numpy(float) / len(per))[:, None], st)
+    return verdicts(spread, int(np.bincount(st).min()), len(req))[0]

@@ -213,10 +213,19 @@ class Crossover:
             return f"above the measured range: recompute faster up to {self.hi:,.0f} tokens (95%)"
         return f"{self.estimate:,.0f} tokens, 95% CI {self.interval_text()}"
 
+    def short(self) -> str:
+        """The verdict in a few words (plot titles)."""
+        if self.shape is Shape.NO_DATA or self.status is Status.UNDETERMINED:
+            return self.describe().split(" (")[0]
+        if self.status is Status.INCONCLUSIVE:
+            est = f"fitted {self.estimate:,.0f}" if self.estimate is not None else "no root"
+            return f"inconclusive: {est}, 95% CI {self.interval_text()}"
+        return self.describe()
+
     def to_dict(self) -> dict:
         return {
             "shape": self.shape.value,
-            "status": self.status.value,
+            "verdict": self.status.value,
             "tokens": self.estimate,
             "low": self.low,
             "high": self.high,

@@ -334,10 +334,11 @@ class Verdict:
     def decided(self) -> bool:
         return self.status is Status.DECIDED
 
-    def interval(self, fmt: str = "{:,.1f}") -> str:
-        """``+12.3 ms [4.1, 20.5]``; ``+12.3 ms [no interval]`` when undetermined."""
+    def interval(self, fmt: str = "{:,.1f}", signed: bool = True) -> str:
+        """``+12.3 ms [4.1, 20.5]`` (``signed``: a difference; else a level, ``12.3 ms
+        [...]``); ``[no interval]`` when undetermined."""
         est = fmt.format(self.estimate)
-        sign = "+" if self.estimate > 0 and not est.startswith("+") else ""
+        sign = "+" if signed and self.estimate > 0 and not est.startswith("+") else ""
         unit = f" {self.unit}" if self.unit else ""
         if self.status is Status.UNDETERMINED or not np.isfinite(self.low):
             return f"{sign}{est}{unit} [no interval]"
@@ -368,7 +369,7 @@ class Verdict:
             "df": self.df,
             "repetitions": self.repetitions,
             "requests": self.requests,
-            "status": self.status.value,
+            "verdict": self.status.value,
             "unit": self.unit,
             "more_repetitions": self.more_repetitions,
             "text": self.interval(),

@@ -410,7 +410,7 @@ def write_synthetic_run(
     failed_point: bool = False,
     bench: bool = True,
     traces: bool = True,
-    repetitions: int = 1,
+    repetitions: int = 3,
 ) -> Path:
     """Write the run (manifest, Points, requests, traces, transfer bench); returns its root."""
     deployments = deployments or [SyntheticDeployment()]
@@ -504,10 +504,11 @@ def main(argv: list[str] | None = None) -> int:
     if len(args) != 1 or args[0].startswith("-"):
         print("usage: python -m analysis.synthetic OUT_DIR", file=sys.stderr)
         return 2
+    common = {"c0_s": 0.005, "c2_s": 3e-8}  # an effect several times the noise
     deps = [
-        SyntheticDeployment(c2_s=1e-8),
-        SyntheticDeployment(transport="tcp", c2_s=1e-8, alpha_s=0.03, beta_bytes_per_s=0.2e9),
-        SyntheticDeployment(p_tp=1, d_tp=2, c2_s=1e-8, alpha_s=0.02),
+        SyntheticDeployment(alpha_s=0.04, **common),
+        SyntheticDeployment(transport="tcp", alpha_s=0.06, beta_bytes_per_s=0.2e9, **common),
+        SyntheticDeployment(p_tp=1, d_tp=2, alpha_s=0.05, **common),
     ]
     root = write_synthetic_run(
         args[0],
@@ -515,13 +516,13 @@ def main(argv: list[str] | None = None) -> int:
         histories=(128, 512, 1024, 1536, 2048),
         turns=2,
         conversations=4,
-        repetitions=5,
+        repetitions=6,
         noise=Noise.realistic(),
         failed_point=True,
     )
     for d in deps:
         print(f"{d.deployment_id}: true crossover {d.exact_crossover():.0f} tokens")
-    print(f"wrote {root} (realistic noise, 5 repetitions); now: python -m analysis {root}")
+    print(f"wrote {root} (realistic noise, 6 repetitions); now: python -m analysis {root}")
     return 0
 
 
