@@ -337,12 +337,12 @@ class Verdict:
     def interval(self, fmt: str = "{:,.1f}", signed: bool = True) -> str:
         """``+12.3 ms [4.1, 20.5]`` (``signed``: a difference; else a level, ``12.3 ms
         [...]``); ``[no interval]`` when undetermined."""
-        est = fmt.format(self.estimate)
-        sign = "+" if signed and self.estimate > 0 and not est.startswith("+") else ""
+        est = _fmt(fmt, self.estimate)
+        sign = "+" if signed and self.estimate > 0 and est[0] not in "+0" else ""
         unit = f" {self.unit}" if self.unit else ""
         if self.status is Status.UNDETERMINED or not np.isfinite(self.low):
             return f"{sign}{est}{unit} [no interval]"
-        return f"{sign}{est}{unit} [{fmt.format(self.low)}, {fmt.format(self.high)}]"
+        return f"{sign}{est}{unit} [{_fmt(fmt, self.low)}, {_fmt(fmt, self.high)}]"
 
     def why(self) -> str:
         """Why it is not decided, with the repetitions that would decide it."""
@@ -374,6 +374,13 @@ class Verdict:
             "more_repetitions": self.more_repetitions,
             "text": self.interval(),
         }
+
+
+def _fmt(fmt: str, value: float) -> str:
+    """``fmt`` of ``value``, without the sign of a value that rounds to zero ("-0")."""
+    text = fmt.format(value)
+    digits = text.lstrip("+-").replace(",", "").replace(".", "").replace("0", "")
+    return text.lstrip("+-") if not digits.strip() else text
 
 
 def verdicts(spread: Spread, repetitions: int, requests: list[int] | int, unit: str = "ms"):

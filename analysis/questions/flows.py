@@ -99,7 +99,8 @@ class FlowsAnswer:
                     + ("*" if self.flagged.get(flow) else ""),
                     "repetitions": lv.repetitions,
                     "requests": lv.requests,
-                    f"vs {self.best} (95% CI)": "fastest" if flow == self.best else vs.interval(),
+                    "fastest": self.best,
+                    "vs the fastest (95% CI)": "–" if flow == self.best else vs.interval(),
                     "verdict": "" if vs is None else vs.status.value,
                     "routes": self.route_shares() if flow == "decode_first" else "",
                 }

@@ -12,13 +12,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
-
 from analysis import plotkit
 from analysis.compare import families
 from analysis.deployment import Context
 from analysis.fmt import LATER, tokens
 from analysis.load import deployment_label
+from analysis.pull_recompute import flow_levels
 from analysis.question import PlotSpec, Question
 from analysis.questions.across import Member, members
 from analysis.saving_curve import Shape
@@ -123,26 +122,27 @@ def answer(ctx: Context) -> list[TPAnswer]:
 
 
 def tp_pairing(plt, answers: list[TPAnswer], ctx: Context):
-    """Pull and recompute TTFT vs history per pairing (95% CI), crossovers dotted."""
+    """Pull and recompute mean TTFT vs history per pairing (95% CI), crossovers dotted."""
     if not answers:
         return None
     fig, axes = plotkit.grid(plt, len(answers), width=6.0, height=4.0)
     for ax, a in zip(axes, answers, strict=True):
         for m in a.members:
-            cells = m.analysis.measured.cells
-            if not cells:
+            levels = flow_levels(ctx.requests, m.analysis.deployment_id)
+            levels = levels[levels["turn"] >= 2].sort_values("x")
+            if not len(levels):
                 continue
-            x = np.array([c.x for c in cells])
             (line,) = ax.plot([], [])
             color = line.get_color()
-            for flow, get, style in (
-                ("pull", "pull_ms", "o-"),
-                ("recompute", "recompute_ms", "s--"),
-            ):
-                ax.plot(
-                    x,
-                    [getattr(c, get) for c in cells],
-                    style,
+            for flow, style in (("pull", "o-"), ("recompute", "s--")):
+                f = levels[levels["flow"] == flow]
+                plotkit.errorbars(
+                    ax,
+                    f["x"],
+                    f["ttft_ms"],
+                    f["low"],
+                    f["high"],
+                    fmt=style,
                     ms=3.5,
                     color=color,
                     label=f"{flow}, TP {m.name}",
