@@ -32,6 +32,7 @@ class PlacementAnswer:
     family: str
     members: list[Member]
     history: int | None
+    placements: list[str]  # each member's topology.placement (its name may add the transport)
     notes: list[str] = field(default_factory=list)
 
     def lines(self) -> list[str]:
@@ -81,7 +82,8 @@ class PlacementAnswer:
             "history": self.history,
             "placements": [
                 {
-                    "placement": m.name,
+                    "placement": raw,
+                    "name": m.name,
                     "deployment_id": m.analysis.deployment_id,
                     "transfer_gb_s": m.gb_s.to_dict(),
                     "ttft_ms": {f: v.to_dict() for f, v in m.ttft.items()},
@@ -89,7 +91,7 @@ class PlacementAnswer:
                     "crossover": m.analysis.measured.crossover.to_dict(),
                     "recommended_kv_recompute_threshold": m.analysis.threshold_advice.to_dict(),
                 }
-                for m in self.members
+                for m, raw in zip(self.members, self.placements, strict=True)
             ],
             "text": self.lines()[0],
         }
@@ -127,7 +129,7 @@ def answer(ctx: Context) -> list[Any]:
             notes.append("no NIXL transfer totals in these Points (transfer.seconds = 0)")
         omit = ("placement",) if len(transports) == 1 else ("placement", "transport")
         family = deployment_label(dep_ids[0], data.points, omit=omit)
-        out.append(PlacementAnswer(family, mem, h, notes))
+        out.append(PlacementAnswer(family, mem, h, names, notes))
     note = unmatched(data, "placement", PLACEMENT_AXES, bool(out))
     return out + ([Note(note)] if note else [])
 

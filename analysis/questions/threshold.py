@@ -48,7 +48,7 @@ def _number(value: Any) -> Any:
 class ThresholdAnswer:
     family: str  # the deployments' label without the threshold
     flow: str
-    table: pd.DataFrame  # threshold h ttft_ms low high repetitions pulled_share flagged
+    table: pd.DataFrame  # threshold h ttft_ms low high repetitions n pulled_share flagged
     histories: list[int]  # the lengths every threshold measured (scored)
     scores: dict[Any, float]  # threshold -> geometric mean of TTFT / fastest TTFT
     best: Any
@@ -167,12 +167,14 @@ def _answer(ctx, dep_ids, family, flow, shares, ok) -> ThresholdAnswer | None:
             high=("high", "mean"),
             repetitions=("repetitions", "min"),
         )
+        mine = later[later["deployment_id"] == dep]
         for _, r in lv.iterrows():
             at = pts[pts["history_tokens"] == r["h"]]
+            n = int((mine["h"] == r["h"]).sum())
             share = np.nanmean([shares.get(p, np.nan) for p in at["point_id"]]) if len(at) else 0
             flagged = bool((at["flag_count"] > 0).any()) if "flag_count" in at else False
             rows.append(
-                {"threshold": thr, **r.to_dict(), "pulled_share": share, "flagged": flagged}
+                {"threshold": thr, **r.to_dict(), "n": n, "pulled_share": share, "flagged": flagged}
             )
     if len(by_thr) < 2 or not rows:
         return None

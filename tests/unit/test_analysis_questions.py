@@ -302,6 +302,8 @@ def test_placement_with_its_own_transport_and_sweeps_that_do_not_compare(tmp_pat
     assert [m.name for m in p.members] == ["same_node (nvlink)", "cross_node (rdma)"]
     assert "nvlink" not in p.family and "rdma" not in p.family
     assert p.lines()[0].startswith(f"{p.family}: same_node (nvlink) vs cross_node (rdma)")
+    placements = p.to_dict()["placements"]
+    assert [x["placement"] for x in placements] == ["same_node", "cross_node"]
     (note,) = q["threshold"].answers
     assert note.text.startswith("threshold takes 2 values, but the deployments also differ in")
     assert "topology.decode.tp" in note.text and note.text.endswith("not compared")
