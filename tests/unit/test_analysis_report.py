@@ -167,3 +167,47 @@ def test_corrupt_records_are_named_counted_and_fail_the_exit_status(tmp_path, ca
     assert points[0].name in (root / "analysis" / "report.html").read_text()
     # asked to go on without them: the same answer, exit 0
     assert main([str(root), "-q", "--skip-corrupt"]) == 0
+
+
+OLD_POINT_KEYS = ("repetition", "order_index")
+OLD_REQUEST_KEYS = ("ttft_split", "split_source", "tpot_ms", "chunk_tokens")
+
+
+def test_records_from_before_repetitions_are_read_and_say_what_they_cannot_decide(tmp_path):
+    """Today's records: no repetition, no run order, no TTFT split; one Point per cell."""
+    root = write_synthetic_run(tmp_path / "run", histories=(256, 1024, 2048), turns=2,
+                               flows=("recompute", "pull"), repetitions=1, noise=0.1,
+                               bench=False)  # fmt: skip
+    for path in (root / "points").glob("*.json"):
+        record = json.loads(path.read_text())
+        for key in OLD_POINT_KEYS:
+            record.pop(key, None)
+        record["workload"].pop("repetition", None)
+        path.write_text(json.dumps(record))
+    for path in (root / "requests").glob("*.jsonl"):
+        rows = [json.loads(line) for line in path.read_text().splitlines()]
+        rows = [{k: v for k, v in r.items() if k not in OLD_REQUEST_KEYS} for r in rows]
+        path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    out = run_analysis([root], tmp_path / "out")
+    text = "\n".join(out.summary["answer"])
+    assert out.summary["points"]["ok"] == 6 and "1 repetition(s) per cell" in text
+    (dep,) = out.summary["deployments"]
+    assert dep["measured"]["verdict"] == "undetermined" and dep["measured"]["tokens"] > 0
+    assert "recommended kv_recompute_threshold: not determined" in text
+    assert "run 3 or more (workload.repetitions)" in text
+    assert "A/A control" in text and "not checked" in text
+    assert "ttft_split" not in out.summary["questions"]  # nothing to split
+    assert out.summary["valid"] is True
+
+
+def test_points_without_request_records_use_their_turn_rows(tmp_path):
+    root = write_synthetic_run(tmp_path / "run", histories=(256, 1024, 2048), turns=2,
+                               flows=("recompute", "pull"), bench=False)  # fmt: skip
+    for path in (root / "requests").glob("*.jsonl"):
+        path.unlink()
+    out = run_analysis([root], tmp_path / "out")
+    (dep,) = out.summary["deployments"]
+    # each wave's p50 stands for its requests: the exact run still finds its crossover
+    assert dep["measured"]["verdict"] == "decided"
+    assert dep["measured"]["tokens"] == pytest.approx(SyntheticDeployment().exact_crossover(),
+                                                      rel=1e-3)  # fmt: skip
