@@ -202,11 +202,15 @@ class Crossover:
         """One phrase: the crossover with its interval, or why there is none."""
         if self.shape is Shape.NO_DATA:
             return f"n/a ({self.reason or 'no data'})"
-        est = f"{self.estimate:,.0f} tokens" if self.estimate is not None else "no root"
+        est = (
+            f"fitted {self.estimate:,.0f} tokens"
+            if self.estimate is not None
+            else "the fitted saving does not turn positive"
+        )
         if self.status is Status.UNDETERMINED:
-            return f"not determined: fitted {est}, no interval ({self.reason})"
+            return f"not determined: {est}, no interval ({self.reason})"
         if self.status is Status.INCONCLUSIVE:
-            return f"inconclusive: fitted {est}, 95% CI {self.interval_text()} ({self.reason})"
+            return f"inconclusive: {est}, 95% CI {self.interval_text()} ({self.reason})"
         if self.shape is Shape.PULL_EVERYWHERE:
             return f"below the measured range: pull faster from {self.lo:,.0f} tokens on (95%)"
         if self.shape is Shape.RECOMPUTE_EVERYWHERE:
@@ -218,7 +222,7 @@ class Crossover:
         if self.shape is Shape.NO_DATA or self.status is Status.UNDETERMINED:
             return self.describe().split(" (")[0]
         if self.status is Status.INCONCLUSIVE:
-            est = f"fitted {self.estimate:,.0f}" if self.estimate is not None else "no root"
+            est = f"fitted {self.estimate:,.0f}" if self.estimate is not None else "no crossing"
             return f"inconclusive: {est}, 95% CI {self.interval_text()}"
         return self.describe()
 

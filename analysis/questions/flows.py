@@ -77,7 +77,7 @@ class FlowsAnswer:
         )
         tail = [
             f"{flow} {v.interval('{:+,.0f}')} vs {self.best}"
-            + ("" if v.decided else f" (inconclusive: {v.why()})")
+            + ("" if v.decided else f" ({v.status.value}: {v.why()})")
             for flow, v in self.versus.items()
         ]
         if self.routes:

@@ -47,7 +47,7 @@ class PlacementAnswer:
                 text = f"{flow} {v.interval('{:,.0f}', signed=False)}"
                 vs = m.versus_first.get(flow)
                 if vs is not None:
-                    tag = "" if vs.decided else ", inconclusive"
+                    tag = "" if vs.decided else f", {vs.status.value}"
                     text += f" ({vs.interval('{:+,.0f}')} vs {self.members[0].name}{tag})"
                 parts.append(text)
             a = m.analysis

@@ -81,7 +81,7 @@ class ThresholdAnswer:
                 )
         head = f"{self.family}, flow {self.flow}: {head} (mean TTFT, {LATER}: {'; '.join(at)})"
         others = [
-            f"{t} {v.interval('{:+,.0f}')}" + ("" if v.decided else " (inconclusive)")
+            f"{t} {v.interval('{:+,.0f}')}" + ("" if v.decided else f" ({v.status.value})")
             for t, v in sorted(self.versus.items(), key=lambda kv: kv[1].estimate)
         ]
         tail = []
