@@ -27,8 +27,6 @@ from analysis.pull_recompute import Measured, measure
 from analysis.saving_curve import Shape
 from analysis.stats import Status
 
-PULL_FLOWS = ("pull", "decode_first")
-
 
 def _round_up(tokens: float, block: int) -> int:
     return int(math.ceil(max(tokens, 0.0) / block) * block)

@@ -12,24 +12,6 @@ LATER = "turns >= 2"
 FLAG_CHARS = 150  # a flag shortened to this many characters (parentheses dropped first)
 
 
-def ms(value: float | None, flagged: bool = False) -> str:
-    """``87 ms``, ``8.7 ms``, ``30,187 ms``; a trailing ``*`` when from a flagged Point."""
-    if value is None or not np.isfinite(value):
-        return "n/a"
-    text = f"{value:,.1f} ms" if abs(value) < 10 else f"{value:,.0f} ms"
-    return text + ("*" if flagged else "")
-
-
-def rel(value: float, base: float) -> str:
-    """``-23%`` / ``+5%`` / ``x12`` of ``value`` against ``base``."""
-    if not base or not np.isfinite(base) or not np.isfinite(value):
-        return "n/a"
-    ratio = value / base
-    if abs(ratio - 1) < 0.005:
-        return "±0%"
-    return f"x{ratio:,.1f}" if ratio >= 3 else f"{ratio - 1:+.0%}"
-
-
 def pct(value: float | None) -> str:
     return "" if value is None or not np.isfinite(value) else f"{value:+.0%}"
 
@@ -39,12 +21,6 @@ def tokens(value: Any) -> str:
         return f"{int(value):,}"
     except (TypeError, ValueError):
         return str(value)
-
-
-def span(counts) -> str:
-    """``2`` or ``2-6``: the range of a count column."""
-    lo, hi = int(min(counts)), int(max(counts))
-    return str(lo) if lo == hi else f"{lo}-{hi}"
 
 
 def shorten(text: str, limit: int = FLAG_CHARS) -> str:

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import numpy as np
 import pandas as pd
 
 from analysis.deployment import Context, DeploymentAnalysis
@@ -68,7 +67,3 @@ def members(ctx: Context, named: list[tuple[str, str]]) -> tuple[list[Member], i
         }
         out.append(Member(name, ctx.deployment(dep), ttft, versus, kv_rate(ctx.data.points, dep)))
     return out, h
-
-
-def finite(values) -> list[float]:
-    return [v for v in values if v is not None and np.isfinite(v)]
