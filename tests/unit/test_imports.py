@@ -34,6 +34,7 @@ PENDING = {"analysis"}
 
 CORE = {
     "pdbench.config",
+    "pdbench.identity",
     "pdbench.validate",
     "pdbench.lengths",
     "pdbench.plan",
