@@ -250,6 +250,9 @@ class LaunchConfig:
     # (later Deployments are not started; on SLURM the array's other jobs are cancelled).
     # Their Points stay pending: rerun the same command to resume.
     on_failure: str = "continue"
+    # A launch into a dir whose launches measured something else (pdbench/identity.py: not
+    # timeouts, ports or paths) is refused; true adds its Deployments and Points anyway.
+    allow_mixed: bool = False
 
 
 @dataclass

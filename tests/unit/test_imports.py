@@ -35,6 +35,7 @@ PENDING = {"analysis"}
 CORE = {
     "pdbench.config",
     "pdbench.identity",
+    "pdbench.manifest",
     "pdbench.validate",
     "pdbench.lengths",
     "pdbench.plan",
