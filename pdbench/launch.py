@@ -65,6 +65,32 @@ def check_same_experiment(cfg: RunConfig, store: RunStore, origin: LaunchOrigin)
         raise ConfigError([problem])
 
 
+def resume_lines(plan: Plan, store: RunStore, verbose: bool) -> list[str]:
+    """What a launch into ``store``'s dir skips (Points recorded ``ok``) and runs (pending,
+    failed or corrupt records), nothing when the dir holds no record of this plan yet.
+    ``verbose``: one line per Point (the dry run); else one line per kind."""
+    states = [(p, store.point_status(p.point_id)) for p in plan.all_points()]
+    if all(state is PointStatus.pending for _, state in states):
+        return []
+    skip = [p.point_id for p, state in states if state is PointStatus.ok]
+    run = [(p.point_id, state) for p, state in states if state is not PointStatus.ok]
+    head = f"{store.root} holds records: {len(skip)} Point(s) recorded ok are skipped, "
+    head += f"{len(run)} run"
+    if verbose:
+        return [
+            f"{head}:",
+            *(f"  skip {pid} (ok)" for pid in skip),
+            *(f"  run  {pid} ({state.value})" for pid, state in run),
+        ]
+    lines = [head]
+    if skip:
+        lines.append(f"skipping {len(skip)} Point(s) recorded ok: {', '.join(skip)}")
+    redo = [f"{pid} ({state.value})" for pid, state in run if state is not PointStatus.pending]
+    if redo:
+        lines.append(f"measuring again {len(redo)} Point(s) not ok: {', '.join(redo)}")
+    return lines
+
+
 def write_manifest(
     cfg: RunConfig,
     plan: Plan,
@@ -132,9 +158,12 @@ def launch(cfg: RunConfig, origin: LaunchOrigin | None = None) -> dict[str, Any]
     if cfg.launch.dry_run:
         spec = build_launch(cfg, plan, model_path_for(cfg, create=False), pending)
         print(describe(spec, plan))
+        print("\n".join(resume_lines(plan, store, verbose=True)))
         return {"dry_run": True, "deployments": len(plan.deployments)}
     model_path = model_path_for(cfg, create=True)
     write_manifest(cfg, plan, store, model_path, origin)
+    for line in resume_lines(plan, store, verbose=False):
+        print(f"[pdbench] {line.strip()}", flush=True)
     if not pending:
         print(f"[pdbench] every point is already recorded ok in {store.root}")
         return {"submitted": 0}
