@@ -4,8 +4,14 @@ Every task starts the vLLM servers placed on its node, waits for them to be heal
 publishes their URLs in the run dir (rendezvous). Task 0 then starts the router and, for
 each Point not yet recorded ``ok``, sets the flow, drives the load generator in turn waves,
 scrapes every server's counters between waves and writes the PointResult. Every task tears
-its servers down when task 0 is done, on error, on SIGTERM, or at the time limit (submitit
-checkpoint: requeue, and the requeued job resumes from the records).
+its servers down when task 0 is done, on error, on SIGTERM, or at the time limit.
+
+Requeue: SLURM sends USR2 ``cluster.signal_delay_s`` before the time limit (or at a
+preemption notice); submitit then pickles ``checkpoint()``'s answer (this job's fields: no
+live process), requeues the job and exits. A SIGTERM (``scontrol requeue``, preemption,
+``scancel``) tears down and exits without a result. Either way a Point cut short has no
+record, and the requeued job (same job id, ``SLURM_RESTART_COUNT`` + 1) starts its servers
+again and measures what is not recorded ``ok``: every Point once.
 """
 
 from __future__ import annotations
@@ -18,7 +24,7 @@ import socket
 import time
 import traceback
 from contextlib import ExitStack
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -51,8 +57,10 @@ class NodeFailed(RuntimeError):
     """Another task of the job could not start its servers."""
 
 
-class JobInterrupted(Exception):
-    """SIGTERM reached the task (preemption, scancel): tear down and leave."""
+class JobInterrupted(SystemExit):
+    """SIGTERM reached the task (preemption, ``scontrol requeue``, ``scancel``): tear down and
+    leave. A ``SystemExit`` so that no ``except Exception`` records it as a failed Point and
+    submitit writes no error result: the driver keeps following a job SLURM requeues."""
 
 
 def task_identity() -> tuple[int, str]:
@@ -85,6 +93,7 @@ class DeploymentJob:
         store = RunStore(spec.run_dir)
         # A requeued job keeps its id: the restart count keeps its rendezvous apart.
         attempt = os.environ.get("SLURM_RESTART_COUNT", "0")
+        self._attempt = (job_id, int(attempt or 0))
         rdv = Path(spec.rendezvous_dir) / f"{job_id}.{attempt}"
         rdv.mkdir(parents=True, exist_ok=True)
         previous = signal.signal(signal.SIGTERM, _raise_interrupted)
@@ -136,13 +145,27 @@ class DeploymentJob:
                 workload=point.workload_record(),
                 started_at=time.time(),
                 finished_at=time.time(),
+                job_id=self._attempt[0],
+                attempt=self._attempt[1],
             )
             store.write_point(result, [])
 
-    def checkpoint(self, *args, **kwargs):
-        """Requeue on preemption / time limit; the new job skips Points recorded ``ok``."""
+    def checkpoint(self, *args, **kwargs) -> submitit.helpers.DelayedSubmission:
+        """What submitit pickles at USR2 (time limit near, or a preemption notice) before it
+        requeues the job and exits: a copy of this job holding only its fields (``restart``),
+        never the live servers (a lock in each ``Popen``: cannot be pickled). The requeue then
+        SIGTERMs the job: from here that must not cut the teardown short."""
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        print(
+            "[pdbench] time limit near or preemption notice: checkpointed; the requeued job "
+            "starts the servers again and measures the Points not recorded ok",
+            flush=True,
+        )
+        return submitit.helpers.DelayedSubmission(self.restart())
 
-        return submitit.helpers.DelayedSubmission(self)
+    def restart(self) -> DeploymentJob:
+        """This job as submitted: the Deployment, its Points, the launch spec, no state."""
+        return replace(self)
 
     # ---- servers ----
     def _start_servers(self, stack, mine: list[InstanceSpec], rank: int) -> dict[str, str]:
@@ -282,6 +305,8 @@ class DeploymentJob:
             hosts=hosts,
             launch_spec_file=str(store.launch_spec_path(dep.deployment_id).relative_to(store.root)),
             started_at=started,
+            job_id=self._attempt[0],
+            attempt=self._attempt[1],
         )
         records: list[RequestRecord] = []
         try:
@@ -437,7 +462,8 @@ class DeploymentJob:
 
 
 def _raise_interrupted(signum, frame):
-    raise JobInterrupted(f"signal {signum}")
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)  # once: the teardown runs to its end
+    raise JobInterrupted(f"[pdbench] signal {signum}: servers stopped, leaving")
 
 
 __all__ = ["DeploymentJob", "ServerStartError"]
