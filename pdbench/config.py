@@ -82,6 +82,10 @@ class ClusterConfig:
     account: str = ""
     qos: str = ""
     time_limit_min: int = 60
+    # Seconds before the time limit SLURM sends USR2 (sbatch --signal=USR2@N): the job
+    # checkpoints, requeues itself and stops its servers; the requeued job measures the
+    # Points not recorded ok. 0: 120 s, at most half the limit. Give it the teardown's time.
+    signal_delay_s: int = 0
     cpus_per_task: int = 0  # 0: all of the node's cores
     mem_gb: int = 0  # 0: SLURM's default
     constraint: str = ""

@@ -112,6 +112,14 @@ def test_signal_comes_before_the_limit_even_for_short_jobs(limit_min: int, delay
         assert params["signal_delay_s"] == delay_s
 
 
+def test_a_configured_signal_delay_is_what_sbatch_gets() -> None:
+    cluster = slurm_cluster(time_limit_min=2)
+    cluster.signal_delay_s = 100
+    assert executor_parameters(cluster, nodes=1, job_name="j")["signal_delay_s"] == 100
+    text = sbatch.sbatch_script(cluster, nodes=1, job_name="j", folder="/F")
+    assert "#SBATCH --signal=USR2@100" in text
+
+
 def test_zero_nodes_is_rejected() -> None:
     with pytest.raises(ValueError, match="at least one node"):
         executor_parameters(slurm_cluster(), nodes=0, job_name="j")
