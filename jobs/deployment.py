@@ -45,7 +45,7 @@ from pdbench.results import (
     write_lines_atomic,
 )
 from pdbench.serve_command import served_model_name
-from pdbench.server import ServerProcess, ServerStartError, log_tail
+from pdbench.server import ServerProcess, ServerStartError, log_tail, wait_all_ready
 from pdbench.slurm_env import TaskEnvironment
 from pdbench.tracking import make_tracker
 from pdbench.workload import LoadGenerator, RequestOptions, build_conversations, run_client
@@ -94,6 +94,12 @@ class DeploymentJob:
         # A requeued job keeps its id: the restart count keeps its rendezvous apart.
         attempt = os.environ.get("SLURM_RESTART_COUNT", "0")
         self._attempt = (job_id, int(attempt or 0))
+        if rank == 0 and self._attempt[1]:
+            print(
+                f"[pdbench] job {job_id} restarted by SLURM (restart {attempt}): servers start "
+                "again, Points recorded ok are skipped",
+                flush=True,
+            )
         rdv = Path(spec.rendezvous_dir) / f"{job_id}.{attempt}"
         rdv.mkdir(parents=True, exist_ok=True)
         previous = signal.signal(signal.SIGTERM, _raise_interrupted)
@@ -180,10 +186,15 @@ class DeploymentJob:
             )
             stack.enter_context(proc)
             procs.append((inst, proc))
+        took = wait_all_ready(
+            [proc for _, proc in procs],
+            self.deployment.server.startup_timeout_s,
+            lambda line: print(f"[pdbench] {line}", flush=True),
+        )
         for inst, proc in procs:
-            took = proc.wait_until_ready(self.deployment.server.startup_timeout_s)
             print(
-                f"[pdbench] {inst.name} healthy on {inst.host}:{inst.http_port} in {took:.0f} s",
+                f"[pdbench] {inst.name} healthy on {inst.host}:{inst.http_port} in "
+                f"{took[proc.name]:.0f} s",
                 flush=True,
             )
         self._procs.extend(procs)
@@ -216,6 +227,14 @@ class DeploymentJob:
         if any(store.point_status(p.point_id) is not PointStatus.ok for p in self.points):
             self._warm_up(router_url, store)
         done, failed, skipped = 0, 0, 0
+        recorded = [
+            p.point_id for p in self.points if store.point_status(p.point_id) is PointStatus.ok
+        ]
+        if recorded:
+            print(
+                f"[pdbench] skipping {len(recorded)} Point(s) recorded ok: {', '.join(recorded)}",
+                flush=True,
+            )
         for i, point in enumerate(self.points, 1):
             if store.point_status(point.point_id) is PointStatus.ok:
                 skipped += 1
