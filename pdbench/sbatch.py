@@ -72,8 +72,9 @@ def slurm_parameters(cluster: ClusterConfig, nodes: int, job_name: str) -> dict[
             params[key] = value
     if cluster.exclusive:
         params["exclusive"] = True
-    if cluster.additional_parameters:
-        params["additional_parameters"] = dict(cluster.additional_parameters)
+    # A requeued job appends to its logs (SLURM's default truncates them at the restart):
+    # every attempt stays readable. cluster.additional_parameters may say otherwise.
+    params["additional_parameters"] = {"open_mode": "append", **cluster.additional_parameters}
     setup = list(cluster.setup) + env_exports(dict(cluster.env))
     if setup:
         params["setup"] = setup

@@ -38,6 +38,7 @@ def test_minimal_slurm_parameters() -> None:
         "signal_delay_s": sbatch.SIGNAL_DELAY_S,
         "array_parallelism": 4,
         "partition": "p",
+        "additional_parameters": {"open_mode": "append"},  # a requeue keeps the first logs
     }
 
 
@@ -63,7 +64,10 @@ def test_every_cluster_field_maps_to_slurm() -> None:
     assert (params["account"], params["qos"], params["constraint"]) == ("acct", "high", "h100")
     assert params["exclusive"] is True
     assert params["array_parallelism"] == 3
-    assert params["additional_parameters"] == {"gres-flags": "enforce-binding"}
+    assert params["additional_parameters"] == {
+        "open_mode": "append",
+        "gres-flags": "enforce-binding",
+    }
     assert params["setup"] == [
         "module load cuda",
         "export NCCL_IB_HCA=mlx5",
