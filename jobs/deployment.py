@@ -102,7 +102,8 @@ class DeploymentJob:
             )
         rdv = Path(spec.rendezvous_dir) / f"{job_id}.{attempt}"
         rdv.mkdir(parents=True, exist_ok=True)
-        previous = signal.signal(signal.SIGTERM, _raise_interrupted)
+        self._leaving = ""
+        previous = signal.signal(signal.SIGTERM, self._on_sigterm)
         try:
             with ExitStack() as stack:
                 try:
@@ -123,7 +124,7 @@ class DeploymentJob:
                 except (ServerStartError, TimeoutError, NodeFailed) as exc:
                     # The deployment cannot run: every pending Point says why, in its record.
                     write_json_atomic(rdv / f"node{rank}.failed.json", {"error": str(exc)})
-                    if rank == 0:
+                    if rank == 0 and not self._leaving:
                         self._fail_pending(store, f"deployment did not start: {exc}")
                     raise
                 finally:
@@ -162,12 +163,30 @@ class DeploymentJob:
         never the live servers (a lock in each ``Popen``: cannot be pickled). The requeue then
         SIGTERMs the job: from here that must not cut the teardown short."""
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        self._leaving = "time limit near or preemption notice (USR2)"
         print(
             "[pdbench] time limit near or preemption notice: checkpointed; the requeued job "
             "starts the servers again and measures the Points not recorded ok",
             flush=True,
         )
         return submitit.helpers.DelayedSubmission(self.restart())
+
+    def _on_sigterm(self, signum, frame) -> None:
+        """SIGTERM (preemption, ``scontrol requeue``, ``scancel``): leave. Raised here, where
+        it interrupts a wait; an event loop callback may swallow it (uvloop logs it as a
+        transport error), so ``_check_leaving`` raises it again before anything is recorded."""
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)  # once: the teardown runs to its end
+        self._leaving = f"signal {signum}"
+        raise JobInterrupted(f"[pdbench] {self._leaving}: stopping the servers, leaving")
+
+    def _check_leaving(self) -> None:
+        """Leave (``JobInterrupted``) once a signal or the checkpoint said so: the Point in
+        progress, cut short, is not recorded."""
+        if self._leaving:
+            raise JobInterrupted(
+                f"[pdbench] {self._leaving}: the Point in progress is not recorded; stopping "
+                "the servers, leaving"
+            )
 
     def restart(self) -> DeploymentJob:
         """This job as submitted: the Deployment, its Points, the launch spec, no state."""
@@ -226,6 +245,7 @@ class DeploymentJob:
         tracker = make_tracker(self.tracking, store.root, store.root.name)
         if any(store.point_status(p.point_id) is not PointStatus.ok for p in self.points):
             self._warm_up(router_url, store)
+            self._check_leaving()
         done, failed, skipped = 0, 0, 0
         recorded = [
             p.point_id for p in self.points if store.point_status(p.point_id) is PointStatus.ok
@@ -236,12 +256,14 @@ class DeploymentJob:
                 flush=True,
             )
         for i, point in enumerate(self.points, 1):
+            self._check_leaving()
             if store.point_status(point.point_id) is PointStatus.ok:
                 skipped += 1
                 continue
             label = f"[{i}/{len(self.points)}] {point.flow.value} h={point.history_tokens}"
             print(f"[pdbench] point {label} ({point.point_id})", flush=True)
             result, records = self._measure(point, urls, router_url, hosts, store, label)
+            self._check_leaving()  # cut short: no record, the requeued job measures it
             store.write_point(result, records)
             tracker.log_point(result.to_dict(), self.run_config)
             if result.status is PointStatus.ok:
@@ -478,11 +500,6 @@ class DeploymentJob:
             async with session.get(f"{router_url}/pdbench/stats") as r:
                 router_stats = await r.json()
         return records, per_turn, totals, duration, router_stats
-
-
-def _raise_interrupted(signum, frame):
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)  # once: the teardown runs to its end
-    raise JobInterrupted(f"[pdbench] signal {signum}: servers stopped, leaving")
 
 
 __all__ = ["DeploymentJob", "ServerStartError"]
