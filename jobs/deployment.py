@@ -164,10 +164,11 @@ class DeploymentJob:
         SIGTERMs the job: from here that must not cut the teardown short."""
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
         self._leaving = "time limit near or preemption notice (USR2)"
-        print(
-            "[pdbench] time limit near or preemption notice: checkpointed; the requeued job "
-            "starts the servers again and measures the Points not recorded ok",
-            flush=True,
+        # os.write, not print: a signal handler may interrupt a print (reentrant call).
+        os.write(
+            1,  # stdout: the job's log
+            b"[pdbench] time limit near or preemption notice: checkpointed; the requeued job "
+            b"starts the servers again and measures the Points not recorded ok\n",
         )
         return submitit.helpers.DelayedSubmission(self.restart())
 
