@@ -30,10 +30,9 @@ SWEEP = [
     "cluster=slurm",
     "topology.placement=cross_node",  # two SLURM nodes: rank 1 is requeued too
     "workload.conversations=2",
-    "workload.turns=2",
     f"workload.history_tokens=[{','.join(map(str, HISTORIES))}]",
 ]
-RUN_TIMEOUT_S = 1200
+RUN_TIMEOUT_S = 1200  # up to 4 attempts of 3 minutes (submitit requeues 3 times at most)
 
 
 class Run:
@@ -120,10 +119,13 @@ def test_a_time_limit_mid_sweep_requeues_and_the_rest_is_measured_once(
     tmp_path,
 ):
     run_dir = tmp_path / "run"
-    # USR2 comes 100 s before the 3-minute limit (SLURM may send it up to a minute early):
-    # after the servers are up and a few Points are done, before the last.
-    limit = ["cluster.time_limit_min=3", "cluster.signal_delay_s=100"]
-    run = Run([*SWEEP, *limit, f"dir={run_dir}"], run_dir, tmp_path / "pdbench.log")
+    # SLURM checks time limits every 30 s: USR2 comes 45-75 s before the 3-minute limit,
+    # 105-135 s into an attempt. Servers are up after 25-60 s here; Points paced by seeded
+    # arrivals (3 turns of 2 requests, 0.25/s: ~12 s of waits each) make the 9 Points last
+    # longer than an attempt: the limit cuts the sweep, the next attempt finishes it.
+    limit = ["cluster.time_limit_min=3", "cluster.signal_delay_s=45"]
+    paced = ["workload.turns=3", "workload.request_rate=0.25", "workload.seed=0"]
+    run = Run([*SWEEP, *paced, *limit, f"dir={run_dir}"], run_dir, tmp_path / "pdbench.log")
     took = run.finish()
     output = run.output()
     print(f"\ntime limit + requeue: pdbench ran {took:.0f} s")
@@ -147,7 +149,7 @@ def test_scontrol_requeue_mid_sweep_brings_the_job_back_to_finish_the_rest(
     tmp_path,
 ):
     run_dir = tmp_path / "run"
-    run = Run([*SWEEP, f"dir={run_dir}"], run_dir, tmp_path / "pdbench.log")
+    run = Run([*SWEEP, "workload.turns=2", f"dir={run_dir}"], run_dir, tmp_path / "pdbench.log")
     run.wait_for_records(2, RUN_TIMEOUT_S)
     job = job_id(run_dir)
     subprocess.run(["scontrol", "requeue", job], check=True, timeout=30)  # as a preemption
