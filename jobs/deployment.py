@@ -4,8 +4,14 @@ Every task starts the vLLM servers placed on its node, waits for them to be heal
 publishes their URLs in the run dir (rendezvous). Task 0 then starts the router and, for
 each Point not yet recorded ``ok``, sets the flow, drives the load generator in turn waves,
 scrapes every server's counters between waves and writes the PointResult. Every task tears
-its servers down when task 0 is done, on error, on SIGTERM, or at the time limit (submitit
-checkpoint: requeue, and the requeued job resumes from the records).
+its servers down when task 0 is done, on error, on SIGTERM, or at the time limit.
+
+Requeue: SLURM sends USR2 ``cluster.signal_delay_s`` before the time limit (or at a
+preemption notice); submitit then pickles ``checkpoint()``'s answer (this job's fields: no
+live process), requeues the job and exits. A SIGTERM (``scontrol requeue``, preemption,
+``scancel``) tears down and exits without a result. Either way a Point cut short has no
+record, and the requeued job (same job id, ``SLURM_RESTART_COUNT`` + 1) starts its servers
+again and measures what is not recorded ``ok``: every Point once.
 """
 
 from __future__ import annotations
@@ -18,7 +24,7 @@ import socket
 import time
 import traceback
 from contextlib import ExitStack
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -39,7 +45,7 @@ from pdbench.results import (
     write_lines_atomic,
 )
 from pdbench.serve_command import served_model_name
-from pdbench.server import ServerProcess, ServerStartError, log_tail
+from pdbench.server import ServerProcess, ServerStartError, log_tail, wait_all_ready
 from pdbench.slurm_env import TaskEnvironment
 from pdbench.tracking import make_tracker
 from pdbench.workload import LoadGenerator, RequestOptions, build_conversations, run_client
@@ -51,8 +57,10 @@ class NodeFailed(RuntimeError):
     """Another task of the job could not start its servers."""
 
 
-class JobInterrupted(Exception):
-    """SIGTERM reached the task (preemption, scancel): tear down and leave."""
+class JobInterrupted(SystemExit):
+    """SIGTERM reached the task (preemption, ``scontrol requeue``, ``scancel``): tear down and
+    leave. A ``SystemExit`` so that no ``except Exception`` records it as a failed Point and
+    submitit writes no error result: the driver keeps following a job SLURM requeues."""
 
 
 def task_identity() -> tuple[int, str]:
@@ -85,9 +93,17 @@ class DeploymentJob:
         store = RunStore(spec.run_dir)
         # A requeued job keeps its id: the restart count keeps its rendezvous apart.
         attempt = os.environ.get("SLURM_RESTART_COUNT", "0")
+        self._attempt = (job_id, int(attempt or 0))
+        if rank == 0 and self._attempt[1]:
+            print(
+                f"[pdbench] job {job_id} restarted by SLURM (restart {attempt}): servers start "
+                "again, Points recorded ok are skipped",
+                flush=True,
+            )
         rdv = Path(spec.rendezvous_dir) / f"{job_id}.{attempt}"
         rdv.mkdir(parents=True, exist_ok=True)
-        previous = signal.signal(signal.SIGTERM, _raise_interrupted)
+        self._leaving = ""
+        previous = signal.signal(signal.SIGTERM, self._on_sigterm)
         try:
             with ExitStack() as stack:
                 try:
@@ -108,7 +124,7 @@ class DeploymentJob:
                 except (ServerStartError, TimeoutError, NodeFailed) as exc:
                     # The deployment cannot run: every pending Point says why, in its record.
                     write_json_atomic(rdv / f"node{rank}.failed.json", {"error": str(exc)})
-                    if rank == 0:
+                    if rank == 0 and not self._leaving:
                         self._fail_pending(store, f"deployment did not start: {exc}")
                     raise
                 finally:
@@ -136,13 +152,46 @@ class DeploymentJob:
                 workload=point.workload_record(),
                 started_at=time.time(),
                 finished_at=time.time(),
+                job_id=self._attempt[0],
+                attempt=self._attempt[1],
             )
             store.write_point(result, [])
 
-    def checkpoint(self, *args, **kwargs):
-        """Requeue on preemption / time limit; the new job skips Points recorded ``ok``."""
+    def checkpoint(self, *args, **kwargs) -> submitit.helpers.DelayedSubmission:
+        """What submitit pickles at USR2 (time limit near, or a preemption notice) before it
+        requeues the job and exits: a copy of this job holding only its fields (``restart``),
+        never the live servers (a lock in each ``Popen``: cannot be pickled). The requeue then
+        SIGTERMs the job: from here that must not cut the teardown short."""
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        self._leaving = "time limit near or preemption notice (USR2)"
+        # os.write, not print: a signal handler may interrupt a print (reentrant call).
+        os.write(
+            1,  # stdout: the job's log
+            b"[pdbench] time limit near or preemption notice: checkpointed; the requeued job "
+            b"starts the servers again and measures the Points not recorded ok\n",
+        )
+        return submitit.helpers.DelayedSubmission(self.restart())
 
-        return submitit.helpers.DelayedSubmission(self)
+    def _on_sigterm(self, signum, frame) -> None:
+        """SIGTERM (preemption, ``scontrol requeue``, ``scancel``): leave. Raised here, where
+        it interrupts a wait; an event loop callback may swallow it (uvloop logs it as a
+        transport error), so ``_check_leaving`` raises it again before anything is recorded."""
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)  # once: the teardown runs to its end
+        self._leaving = f"signal {signum}"
+        raise JobInterrupted(f"[pdbench] {self._leaving}: stopping the servers, leaving")
+
+    def _check_leaving(self) -> None:
+        """Leave (``JobInterrupted``) once a signal or the checkpoint said so: the Point in
+        progress, cut short, is not recorded."""
+        if self._leaving:
+            raise JobInterrupted(
+                f"[pdbench] {self._leaving}: the Point in progress is not recorded; stopping "
+                "the servers, leaving"
+            )
+
+    def restart(self) -> DeploymentJob:
+        """This job as submitted: the Deployment, its Points, the launch spec, no state."""
+        return replace(self)
 
     # ---- servers ----
     def _start_servers(self, stack, mine: list[InstanceSpec], rank: int) -> dict[str, str]:
@@ -157,10 +206,15 @@ class DeploymentJob:
             )
             stack.enter_context(proc)
             procs.append((inst, proc))
+        took = wait_all_ready(
+            [proc for _, proc in procs],
+            self.deployment.server.startup_timeout_s,
+            lambda line: print(f"[pdbench] {line}", flush=True),
+        )
         for inst, proc in procs:
-            took = proc.wait_until_ready(self.deployment.server.startup_timeout_s)
             print(
-                f"[pdbench] {inst.name} healthy on {inst.host}:{inst.http_port} in {took:.0f} s",
+                f"[pdbench] {inst.name} healthy on {inst.host}:{inst.http_port} in "
+                f"{took[proc.name]:.0f} s",
                 flush=True,
             )
         self._procs.extend(procs)
@@ -192,14 +246,25 @@ class DeploymentJob:
         tracker = make_tracker(self.tracking, store.root, store.root.name)
         if any(store.point_status(p.point_id) is not PointStatus.ok for p in self.points):
             self._warm_up(router_url, store)
+            self._check_leaving()
         done, failed, skipped = 0, 0, 0
+        recorded = [
+            p.point_id for p in self.points if store.point_status(p.point_id) is PointStatus.ok
+        ]
+        if recorded:
+            print(
+                f"[pdbench] skipping {len(recorded)} Point(s) recorded ok: {', '.join(recorded)}",
+                flush=True,
+            )
         for i, point in enumerate(self.points, 1):
+            self._check_leaving()
             if store.point_status(point.point_id) is PointStatus.ok:
                 skipped += 1
                 continue
             label = f"[{i}/{len(self.points)}] {point.flow.value} h={point.history_tokens}"
             print(f"[pdbench] point {label} ({point.point_id})", flush=True)
             result, records = self._measure(point, urls, router_url, hosts, store, label)
+            self._check_leaving()  # cut short: no record, the requeued job measures it
             store.write_point(result, records)
             tracker.log_point(result.to_dict(), self.run_config)
             if result.status is PointStatus.ok:
@@ -282,6 +347,8 @@ class DeploymentJob:
             hosts=hosts,
             launch_spec_file=str(store.launch_spec_path(dep.deployment_id).relative_to(store.root)),
             started_at=started,
+            job_id=self._attempt[0],
+            attempt=self._attempt[1],
         )
         records: list[RequestRecord] = []
         try:
@@ -434,10 +501,6 @@ class DeploymentJob:
             async with session.get(f"{router_url}/pdbench/stats") as r:
                 router_stats = await r.json()
         return records, per_turn, totals, duration, router_stats
-
-
-def _raise_interrupted(signum, frame):
-    raise JobInterrupted(f"signal {signum}")
 
 
 __all__ = ["DeploymentJob", "ServerStartError"]

@@ -24,6 +24,7 @@ from omegaconf.errors import OmegaConfBaseException
 from pdbench.conf_tree import CONF_DIR, ROOT_CONFIG
 from pdbench.config import Command, RunConfig, register_configs
 from pdbench.launch import launch, run_transfer_bench
+from pdbench.manifest import LaunchOrigin
 from pdbench.overrides import OverrideError, check_overrides, combinations, schema
 from pdbench.report_table import print_run_table
 from pdbench.results import RunStore
@@ -240,8 +241,8 @@ def print_checked(jobs: list[Job]) -> None:
         )
 
 
-def _run(cfg: RunConfig) -> None:
-    outcome = launch(cfg)
+def _run(cfg: RunConfig, origin: LaunchOrigin) -> None:
+    outcome = launch(cfg, origin)
     if outcome.get("dry_run"):
         return
     store = RunStore(cfg.dir)
@@ -251,24 +252,25 @@ def _run(cfg: RunConfig) -> None:
         raise SystemExit(1)
 
 
-def _status(cfg: RunConfig) -> None:
+def _status(cfg: RunConfig, origin: LaunchOrigin) -> None:
     print_status(cfg.dir)
 
 
-def _transfer_bench(cfg: RunConfig) -> None:
+def _transfer_bench(cfg: RunConfig, origin: LaunchOrigin) -> None:
     run_transfer_bench(cfg)
 
 
-COMMANDS: dict[Command, Callable[[RunConfig], None]] = {
+COMMANDS: dict[Command, Callable[[RunConfig, LaunchOrigin], None]] = {
     Command.run: _run,
     Command.status: _status,
     Command.transfer_bench: _transfer_bench,
 }
 
 
-def dispatch(cfg: RunConfig) -> None:
+def dispatch(cfg: RunConfig, origin: LaunchOrigin | None = None) -> None:
+    """Run ``cfg.command``; ``origin``: the command line (every job of a sweep shares it)."""
     cfg.dir = str(Path(cfg.dir).expanduser().resolve())  # jobs may start elsewhere
-    COMMANDS[cfg.command](cfg)
+    COMMANDS[cfg.command](cfg, origin or LaunchOrigin.of(sys.argv[1:]))
 
 
 DEBUG_FLAG = "--debug"
@@ -287,7 +289,7 @@ def _fail(err: BaseException, debug: bool) -> None:
     raise SystemExit(USAGE_EXIT)
 
 
-def _run_hydra(argv: list[str], debug: bool) -> None:
+def _run_hydra(argv: list[str], debug: bool, origin: LaunchOrigin) -> None:
     import hydra  # lazy: hydra (~0.4 s) only when a job runs, not for --help
     from omegaconf import DictConfig, OmegaConf  # lazy: with hydra
 
@@ -297,7 +299,7 @@ def _run_hydra(argv: list[str], debug: bool) -> None:
     def entry(dcfg: DictConfig) -> None:
         cfg: RunConfig = OmegaConf.to_object(dcfg)  # typed once, here
         try:
-            dispatch(cfg)
+            dispatch(cfg, origin)
         except ConfigError as err:
             _fail(err, debug)
 
@@ -322,12 +324,13 @@ def main(argv: list[str]) -> None:
         print_checked(jobs)
         return
     hydra_argv = inv.argv
+    origin = LaunchOrigin.of(argv)  # one for every job of a -m sweep
     sweep_dir = ""
     if inv.multirun and jobs and leaves_nothing(jobs):
         sweep_dir = tempfile.mkdtemp(prefix="pdbench-sweep-")  # Hydra's folders go here
         hydra_argv = [*hydra_argv, f"hydra.sweep.dir={sweep_dir}"]
     try:
-        _run_hydra(hydra_argv, debug)
+        _run_hydra(hydra_argv, debug, origin)
     finally:
         if sweep_dir:
             shutil.rmtree(sweep_dir, ignore_errors=True)

@@ -82,6 +82,10 @@ class ClusterConfig:
     account: str = ""
     qos: str = ""
     time_limit_min: int = 60
+    # Seconds before the time limit SLURM sends USR2 (sbatch --signal=USR2@N): the job
+    # checkpoints, requeues itself and stops its servers; the requeued job measures the
+    # Points not recorded ok. 0: 120 s, at most half the limit. Give it the teardown's time.
+    signal_delay_s: int = 0
     cpus_per_task: int = 0  # 0: all of the node's cores
     mem_gb: int = 0  # 0: SLURM's default
     constraint: str = ""
@@ -250,6 +254,9 @@ class LaunchConfig:
     # (later Deployments are not started; on SLURM the array's other jobs are cancelled).
     # Their Points stay pending: rerun the same command to resume.
     on_failure: str = "continue"
+    # A launch into a dir whose launches measured something else (pdbench/identity.py: not
+    # timeouts, ports or paths) is refused; true adds its Deployments and Points anyway.
+    allow_mixed: bool = False
 
 
 @dataclass

@@ -7,7 +7,6 @@ gets them all at once as an array, capped by ``cluster.array_parallelism``.
 
 from __future__ import annotations
 
-import json
 import shutil
 import subprocess
 import time
@@ -20,8 +19,10 @@ from jobs import transfer_bench
 from jobs.deployment import DeploymentJob
 from pdbench import provenance, tiny_model
 from pdbench.config import ExecutorKind, RunConfig
+from pdbench.config_problems import ConfigError
 from pdbench.executors import make_executor
 from pdbench.launch_spec import LaunchSpec, build_launch, describe
+from pdbench.manifest import LaunchOrigin, mixed_launch_problem, with_launch
 from pdbench.plan import Deployment, Plan, make_plan, to_jsonable
 from pdbench.progress import follow
 from pdbench.results import PointStatus, RunStore
@@ -47,19 +48,68 @@ def pending_deployments(plan: Plan, store: RunStore) -> list[str]:
     ]
 
 
-def write_manifest(cfg: RunConfig, plan: Plan, store: RunStore, model_path: str) -> None:
-    path = store.root / "manifest.json"
-    previous = json.loads(path.read_text()) if path.exists() else {}
-    manifest = {
-        "name": cfg.name,
-        "created_at": previous.get("created_at", time.time()),
-        "updated_at": time.time(),
-        "config": to_jsonable(cfg),
-        "model_path": model_path,
-        "provenance": provenance.collect(),
-        "deployments": merge_deployments(previous.get("deployments", []), plan),
-        "jobs": previous.get("jobs", []),
-    }
+def read_previous_manifest(store: RunStore) -> dict[str, Any]:
+    """The dir's manifest, ``{}`` for a new dir."""
+    return store.read_manifest() if (store.root / "manifest.json").exists() else {}
+
+
+def check_same_experiment(cfg: RunConfig, store: RunStore, origin: LaunchOrigin) -> None:
+    """Refuse (``ConfigError``) a launch that measures something else than the dir holds,
+    unless ``launch.allow_mixed`` (pdbench.manifest)."""
+    if cfg.launch.allow_mixed:
+        return
+    problem = mixed_launch_problem(
+        read_previous_manifest(store), to_jsonable(cfg), origin, str(store.root)
+    )
+    if problem is not None:
+        raise ConfigError([problem])
+
+
+def resume_lines(plan: Plan, store: RunStore, verbose: bool) -> list[str]:
+    """What a launch into ``store``'s dir skips (Points recorded ``ok``) and runs (pending,
+    failed or corrupt records), nothing when the dir holds no record of this plan yet.
+    ``verbose``: one line per Point (the dry run); else one line per kind."""
+    states = [(p, store.point_status(p.point_id)) for p in plan.all_points()]
+    if all(state is PointStatus.pending for _, state in states):
+        return []
+    skip = [p.point_id for p, state in states if state is PointStatus.ok]
+    run = [(p.point_id, state) for p, state in states if state is not PointStatus.ok]
+    head = f"{store.root} holds records: {len(skip)} Point(s) recorded ok are skipped, "
+    head += f"{len(run)} run"
+    if verbose:
+        return [
+            f"{head}:",
+            *(f"  skip {pid} (ok)" for pid in skip),
+            *(f"  run  {pid} ({state.value})" for pid, state in run),
+        ]
+    lines = [head]
+    if skip:
+        lines.append(f"skipping {len(skip)} Point(s) recorded ok: {', '.join(skip)}")
+    redo = [f"{pid} ({state.value})" for pid, state in run if state is not PointStatus.pending]
+    if redo:
+        lines.append(f"measuring again {len(redo)} Point(s) not ok: {', '.join(redo)}")
+    return lines
+
+
+def write_manifest(
+    cfg: RunConfig,
+    plan: Plan,
+    store: RunStore,
+    model_path: str,
+    origin: LaunchOrigin | None = None,
+) -> None:
+    """Append this launch to the dir's manifest (its history) and merge its Deployments."""
+    previous = read_previous_manifest(store)
+    manifest = with_launch(
+        previous,
+        to_jsonable(cfg),
+        model_path,
+        provenance.collect(),
+        origin or LaunchOrigin.of([]),
+        time.time(),
+    )
+    manifest["deployments"] = merge_deployments(previous.get("deployments", []), plan)
+    manifest["jobs"] = previous.get("jobs", [])
     store.write_manifest(manifest)
 
 
@@ -94,18 +144,26 @@ def record_job(store: RunStore, deployment_id: str, job, executor: str) -> None:
     store.write_manifest(manifest)
 
 
-def launch(cfg: RunConfig) -> dict[str, Any]:
-    """Validate, plan, and either print the launch (dry run) or run it to completion."""
+def launch(cfg: RunConfig, origin: LaunchOrigin | None = None) -> dict[str, Any]:
+    """Validate, plan, and either print the launch (dry run) or run it to completion.
+
+    ``origin``: the command line and invocation (``pdbench.cli`` passes it; the jobs of one
+    ``-m`` sweep share it); a new one by default."""
     check(cfg)
+    origin = origin or LaunchOrigin.of([])
     plan = make_plan(cfg)
     store = RunStore(cfg.dir)
+    check_same_experiment(cfg, store, origin)
     pending = pending_deployments(plan, store)
     if cfg.launch.dry_run:
         spec = build_launch(cfg, plan, model_path_for(cfg, create=False), pending)
         print(describe(spec, plan))
+        print("\n".join(resume_lines(plan, store, verbose=True)))
         return {"dry_run": True, "deployments": len(plan.deployments)}
     model_path = model_path_for(cfg, create=True)
-    write_manifest(cfg, plan, store, model_path)
+    write_manifest(cfg, plan, store, model_path, origin)
+    for line in resume_lines(plan, store, verbose=False):
+        print(f"[pdbench] {line.strip()}", flush=True)
     if not pending:
         print(f"[pdbench] every point is already recorded ok in {store.root}")
         return {"submitted": 0}

@@ -2,7 +2,8 @@
 
 A Deployment is the set of servers that can stay up (model, topology, transport, server
 flags, ``kv_recompute_threshold``); a Point is one measured workload on it (flow, history
-length). Ids are hashes of the configs that define them, so a rerun finds what is done.
+length). Ids are hashes of the measured settings that define them (``pdbench.identity``:
+operational knobs such as timeouts and ports stay out), so a rerun finds what is done.
 
 Placement: instances are laid out in a fixed order (prefill, decode, agg). ``same_node``
 packs them onto node 0 while they fit (GPUs by TP, or CPU cores by threads) and spills to
@@ -34,6 +35,7 @@ from pdbench.config import (
     TransportConfig,
     WorkloadConfig,
 )
+from pdbench.identity import flow_knobs, measured
 
 SIDE_CHANNEL_STRIDE = 64
 PD_FLOWS = (Flow.recompute, Flow.pull, Flow.decode_first)
@@ -76,12 +78,13 @@ class Deployment:
     connector: ConnectorConfig
 
     def key(self) -> dict[str, Any]:
-        """What the id hashes: servers that differ in any of these cannot be shared."""
+        """What the id hashes: servers that differ in any of these cannot be shared; their
+        operational knobs (``pdbench.identity.OPERATIONAL``) are left out."""
         return {
-            "model": to_jsonable(self.model),
-            "topology": to_jsonable(self.topology),
-            "transport": to_jsonable(self.transport),
-            "server": to_jsonable(self.server),
+            "model": measured("model", to_jsonable(self.model)),
+            "topology": measured("topology", to_jsonable(self.topology)),
+            "transport": measured("transport", to_jsonable(self.transport)),
+            "server": measured("server", to_jsonable(self.server)),
             "kv_recompute_threshold": self.kv_recompute_threshold,
             "decoder_kv_blocks_ttl_s": self.flow.decoder_kv_blocks_ttl_s,
             "bidirectional": self.bidirectional,
@@ -214,6 +217,17 @@ def workload_record(workload: WorkloadConfig, history_tokens: int) -> dict[str, 
     return record
 
 
+def point_key(dep: Deployment, flow: Flow, workload: WorkloadConfig, history: int) -> dict:
+    """What a Point's id hashes: its Deployment, its flow (with the router knobs that flow
+    uses) and its measured workload (``pdbench.identity``)."""
+    return {
+        "deployment": dep.deployment_id,
+        "flow": flow.value,
+        **flow_knobs(flow.value, to_jsonable(dep.flow)),
+        "workload": measured("workload", workload_record(workload, history)),
+    }
+
+
 def make_plan(cfg: RunConfig) -> Plan:
     """Deployments (one per ``kv_recompute_threshold``) x Points (flow x history length)."""
     cfg = copy.deepcopy(cfg)  # the plan owns its configs: later edits of cfg do not leak in
@@ -243,11 +257,7 @@ def make_plan(cfg: RunConfig) -> Plan:
         for history in cfg.workload.history_tokens:
             workload = replace(cfg.workload, history_tokens=[history])
             for flow in flows:
-                pid_key = {
-                    "deployment": dep.deployment_id,
-                    "flow": flow.value,
-                    "workload": workload_record(workload, history),
-                }
+                pid_key = point_key(dep, flow, workload, history)
                 points.append(
                     Point(
                         point_id=f"{flow.value}-h{history}-{stable_hash(pid_key, 10)}",

@@ -1,12 +1,22 @@
 """Follow a submitted job: echo its tasks' ``[pdbench]`` lines with a count of what is
-recorded, then return its outcome (task 0's result, or the error and where the logs are)."""
+recorded, then return its outcome (task 0's result, or the error and where the logs are).
+While a SLURM job waits in the queue (first, or after a requeue), say so: state, reason,
+position."""
 
 from __future__ import annotations
 
+import shutil
+import subprocess
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+from submitit.slurm.slurm import SlurmJob
+
+QUEUE_POLL_S = 10.0  # how often squeue is asked about a SLURM job
+QUEUE_REPEAT_S = 60.0  # an unchanged queue line is printed again after this long
+SQUEUE = ["squeue", "-h", "-r", "-o", "%i|%T|%r|%P|%Q"]  # every job, array elements apart
 
 
 def _new_lines(path: Path, offset: int) -> tuple[list[str], int]:
@@ -16,6 +26,8 @@ def _new_lines(path: Path, offset: int) -> tuple[list[str], int]:
             data = f.read()
     except OSError:
         return [], offset
+    if not data and path.exists() and path.stat().st_size < offset:
+        return _new_lines(path, 0)  # truncated (a requeued job's log starts again)
     cut = data.rfind(b"\n") + 1
     return data[:cut].decode(errors="replace").splitlines(), offset + cut
 
@@ -25,8 +37,12 @@ def follow(job, recorded: Callable[[], str], poll_s: float = 1.0) -> dict[str, A
     ``recorded()`` (e.g. "2/3 points"), until the job ends."""
     offsets: dict[Path, int] = {}
     start = time.monotonic()
+    queue = QueueWatch(str(job.job_id)) if isinstance(job, SlurmJob) else None
     while True:
         finished = job.done()
+        note = queue.poll() if queue is not None and not finished else None
+        if note:
+            print(f"  {time.monotonic() - start:6.0f}s {recorded()} | {note}", flush=True)
         stdout = Path(str(job.paths.stdout).replace("%t", "0"))
         for path in sorted(stdout.parent.glob(f"{job.job_id}_*_log.out")) or [stdout]:
             lines, offsets[path] = _new_lines(path, offsets.get(path, 0))
@@ -48,3 +64,56 @@ def follow(job, recorded: Callable[[], str], poll_s: float = 1.0) -> dict[str, A
             flush=True,
         )
         return {"job_id": str(job.job_id), "error": f"{type(exc).__name__}: {exc}"}
+
+
+def _ordinal(n: int) -> str:
+    suffix = "th" if 10 <= n % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th")
+    return f"{n}{suffix}"
+
+
+def queue_line(job_id: str, rows: list[str]) -> str | None:
+    """What to say about ``job_id`` from ``squeue -h -r -o %i|%T|%r|%P|%Q`` rows: its state
+    and reason while it waits, with its place among the partition's pending jobs (highest
+    priority first); None once it runs or is not listed."""
+    jobs = [row.split("|") for row in rows if row.count("|") == 4]
+    mine = next((j for j in jobs if j[0] == job_id), None)
+    if mine is None or mine[1] not in ("PENDING", "REQUEUED", "REQUEUE_HOLD", "CONFIGURING"):
+        return None
+    _, state, reason, partition, _ = mine
+    text = f"job {job_id} {state}" + (f" ({reason})" if reason and reason != "None" else "")
+    if state == "PENDING":
+        pending = [j for j in jobs if j[1] == "PENDING" and j[3] == partition]
+
+        def priority(j: list[str]) -> int:
+            return int(j[4]) if j[4].isdigit() else 0
+
+        pending.sort(key=lambda j: -priority(j))
+        place = [j[0] for j in pending].index(job_id) + 1
+        text += f", {_ordinal(place)} of {len(pending)} pending in partition {partition}"
+    return text
+
+
+class QueueWatch:
+    """Asks squeue about one job every QUEUE_POLL_S; ``poll`` returns a line to print when
+    the job waits in the queue and what is said changed (or QUEUE_REPEAT_S went by)."""
+
+    def __init__(self, job_id: str) -> None:
+        self.job_id = job_id
+        self.next_poll = 0.0
+        self.said = ""
+        self.said_at = 0.0
+
+    def poll(self) -> str | None:
+        now = time.monotonic()
+        if now < self.next_poll or shutil.which("squeue") is None:
+            return None
+        self.next_poll = now + QUEUE_POLL_S
+        try:
+            out = subprocess.run(SQUEUE, capture_output=True, text=True, timeout=30).stdout
+        except (OSError, subprocess.SubprocessError):
+            return None
+        line = queue_line(self.job_id, out.splitlines())
+        if line is None or (line == self.said and now - self.said_at < QUEUE_REPEAT_S):
+            return None
+        self.said, self.said_at = line, now
+        return line

@@ -138,6 +138,8 @@ class PointResult:
     started_at: float = 0.0
     finished_at: float = 0.0
     schema_version: int = SCHEMA_VERSION
+    job_id: str = ""  # the job that measured it (SLURM id, or the local process id)
+    attempt: int = 0  # its SLURM_RESTART_COUNT: 1 and up in a requeued job
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

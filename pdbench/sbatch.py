@@ -25,11 +25,15 @@ SIGNAL_DELAY_S = 120
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
-def signal_delay_s(time_limit_min: int) -> int:
-    """Seconds before the time limit that USR2 comes: SIGNAL_DELAY_S, at most half the limit.
+def signal_delay_s(time_limit_min: int, configured_s: int = 0) -> int:
+    """Seconds before the time limit that USR2 comes: ``cluster.signal_delay_s`` when set,
+    else SIGNAL_DELAY_S at most half the limit.
 
-    A delay longer than the limit would signal (and requeue) the job as soon as it starts.
+    A delay longer than the limit would signal (and requeue) the job as soon as it starts
+    (validation refuses one that is set so).
     """
+    if configured_s > 0:
+        return configured_s
     return max(1, min(SIGNAL_DELAY_S, time_limit_min * 60 // 2))
 
 
@@ -50,7 +54,7 @@ def slurm_parameters(cluster: ClusterConfig, nodes: int, job_name: str) -> dict[
         "time": cluster.time_limit_min,
         "nodes": nodes,
         "ntasks_per_node": 1,
-        "signal_delay_s": signal_delay_s(cluster.time_limit_min),
+        "signal_delay_s": signal_delay_s(cluster.time_limit_min, cluster.signal_delay_s),
         "array_parallelism": cluster.array_parallelism,
     }
     if cluster.gpus_per_node:
@@ -68,8 +72,9 @@ def slurm_parameters(cluster: ClusterConfig, nodes: int, job_name: str) -> dict[
             params[key] = value
     if cluster.exclusive:
         params["exclusive"] = True
-    if cluster.additional_parameters:
-        params["additional_parameters"] = dict(cluster.additional_parameters)
+    # A requeued job appends to its logs (SLURM's default truncates them at the restart):
+    # every attempt stays readable. cluster.additional_parameters may say otherwise.
+    params["additional_parameters"] = {"open_mode": "append", **cluster.additional_parameters}
     setup = list(cluster.setup) + env_exports(dict(cluster.env))
     if setup:
         params["setup"] = setup
@@ -82,7 +87,7 @@ def local_parameters(cluster: ClusterConfig, nodes: int, job_name: str) -> dict[
         "name": job_name,
         "timeout_min": cluster.time_limit_min,
         "tasks_per_node": nodes,
-        "signal_delay_s": signal_delay_s(cluster.time_limit_min),
+        "signal_delay_s": signal_delay_s(cluster.time_limit_min, cluster.signal_delay_s),
     }
     setup = list(cluster.setup) + env_exports(dict(cluster.env))
     if setup:

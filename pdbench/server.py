@@ -13,6 +13,7 @@ import subprocess
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
 
 
@@ -127,6 +128,66 @@ class ServerProcess:
 
     def __exit__(self, *exc) -> None:
         self.stop()
+
+
+def last_log_line(path: Path, width: int = 120) -> str:
+    """The last non-empty line of a log, cut to ``width`` characters ('' when none)."""
+    lines = [line for line in log_tail(path, 5).splitlines() if line.strip()]
+    line = lines[-1].strip() if lines else ""
+    return line if len(line) <= width else line[: width - 3] + "..."
+
+
+def startup_line(waited_s: float, up: list[str], waiting: dict[str, str]) -> str:
+    """One progress line while servers start: seconds waited, who is up, the last log line
+    of each server still starting."""
+    parts = [f"servers starting, {waited_s:.0f} s: up {', '.join(up) or 'none'}"]
+    for name, last in waiting.items():
+        parts.append(f"{name} starting" + (f" ({last})" if last else ""))
+    return "; ".join(parts)
+
+
+def wait_all_ready(
+    procs: list[ServerProcess],
+    timeout_s: float,
+    report: Callable[[str], None],
+    every_s: float = 10.0,
+    poll_s: float = 0.5,
+) -> dict[str, float]:
+    """Wait until every server answers /health; seconds each took. Raises
+    ``ServerStartError`` (with the log tail) as soon as one exits or time runs out, and
+    calls ``report`` with a ``startup_line`` every ``every_s`` seconds meanwhile."""
+    start = time.monotonic()
+    took: dict[str, float] = {}
+    next_report = start + every_s
+    while True:
+        for proc in procs:
+            if proc.name in took:
+                continue
+            if not proc.alive():
+                code = proc.proc.returncode if proc.proc else None
+                raise ServerStartError(
+                    f"{proc.name} exited with code {code} before becoming healthy; "
+                    f"log {proc.log_path}:\n{log_tail(proc.log_path)}"
+                )
+            if proc.healthy():
+                took[proc.name] = time.monotonic() - start
+        now = time.monotonic()
+        waiting = [p for p in procs if p.name not in took]
+        if not waiting:
+            return took
+        if now - start > timeout_s:
+            late = waiting[0]
+            raise ServerStartError(
+                f"{late.name} not healthy after {timeout_s:.0f} s at {late.health_url}; "
+                f"log {late.log_path}:\n{log_tail(late.log_path)}"
+            )
+        if now >= next_report:
+            up = [p.name for p in procs if p.name in took]
+            report(
+                startup_line(now - start, up, {p.name: last_log_line(p.log_path) for p in waiting})
+            )
+            next_report = now + every_s
+        time.sleep(poll_s)
 
 
 def _ignore_slurm_warning() -> None:

@@ -7,6 +7,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
+from pdbench.manifest import history_lines
 from pdbench.results import CorruptRecord, RunStore
 
 POINT_STATES = ("ok", "failed", "corrupt", "pending")
@@ -64,6 +65,7 @@ def print_status(run_dir: str) -> None:
     except CorruptRecord as err:
         raise SystemExit(f"{err}. Fix: rerun the same command to rewrite it") from err
     print(f"run {manifest.get('name')} in {store.root}")
+    print("\n".join(history_lines(manifest)))
     for job in manifest.get("jobs", []):
         print(f"  job {job['job_id']} ({job['deployment_id']}): {job_state(job)}")
         print(f"    logs: {job['stdout']}  {job['stderr']}")

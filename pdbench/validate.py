@@ -585,6 +585,23 @@ def check_dirs(cfg: RunConfig) -> list[ConfigProblem]:
     return [p for p in found if p]
 
 
+def check_time_limit(cfg: RunConfig) -> list[ConfigProblem]:
+    """The job's time limit and the warning before it (requeue needs the warning inside)."""
+    out = Problems()
+    c = cfg.cluster
+    if c.time_limit_min < 1:
+        out.add("cluster.time_limit_min", c.time_limit_min, "must be positive", "1 or more")
+    elif c.signal_delay_s < 0 or c.signal_delay_s >= c.time_limit_min * 60:
+        out.add(
+            "cluster.signal_delay_s",
+            c.signal_delay_s,
+            f"USR2 must come inside the {c.time_limit_min} min time limit, or the job "
+            "checkpoints and requeues as soon as it starts (or never)",
+            f"0 (120 s, at most half the limit) or 1 to {c.time_limit_min * 60 - 1} seconds",
+        )
+    return out
+
+
 RULES: tuple[Rule, ...] = (
     check_counts,
     check_model,
@@ -599,6 +616,7 @@ RULES: tuple[Rule, ...] = (
     check_extra_args,
     check_cpu_memory,
     check_dirs,
+    check_time_limit,
     *GPU_RULES,
 )
 

@@ -115,7 +115,11 @@ SelectTypeParameters=CR_Core
 ReturnToService=2
 SlurmdTimeout=60
 MinJobAge=600
+# Batch jobs may be requeued (scontrol requeue, submitit's checkpoint at the time limit).
 JobRequeue=1
+# A requeued job may start again after cred_expire seconds (default 120): short here, so
+# that requeue tests (tests/e2e/test_requeue.py) wait seconds, not minutes.
+AuthInfo=cred_expire=20
 MailProg=/bin/true
 # No slurmdbd here: no accounting, no sacct. Finished jobs are logged to a text file.
 AccountingStorageType=accounting_storage/none

@@ -38,6 +38,7 @@ def test_minimal_slurm_parameters() -> None:
         "signal_delay_s": sbatch.SIGNAL_DELAY_S,
         "array_parallelism": 4,
         "partition": "p",
+        "additional_parameters": {"open_mode": "append"},  # a requeue keeps the first logs
     }
 
 
@@ -63,7 +64,10 @@ def test_every_cluster_field_maps_to_slurm() -> None:
     assert (params["account"], params["qos"], params["constraint"]) == ("acct", "high", "h100")
     assert params["exclusive"] is True
     assert params["array_parallelism"] == 3
-    assert params["additional_parameters"] == {"gres-flags": "enforce-binding"}
+    assert params["additional_parameters"] == {
+        "open_mode": "append",
+        "gres-flags": "enforce-binding",
+    }
     assert params["setup"] == [
         "module load cuda",
         "export NCCL_IB_HCA=mlx5",
@@ -110,6 +114,14 @@ def test_signal_comes_before_the_limit_even_for_short_jobs(limit_min: int, delay
     ):
         params = executor_parameters(cluster, nodes=1, job_name="j")
         assert params["signal_delay_s"] == delay_s
+
+
+def test_a_configured_signal_delay_is_what_sbatch_gets() -> None:
+    cluster = slurm_cluster(time_limit_min=2)
+    cluster.signal_delay_s = 100
+    assert executor_parameters(cluster, nodes=1, job_name="j")["signal_delay_s"] == 100
+    text = sbatch.sbatch_script(cluster, nodes=1, job_name="j", folder="/F")
+    assert "#SBATCH --signal=USR2@100" in text
 
 
 def test_zero_nodes_is_rejected() -> None:

@@ -34,6 +34,8 @@ PENDING: set[str] = set()
 
 CORE = {
     "pdbench.config",
+    "pdbench.identity",
+    "pdbench.manifest",
     "pdbench.validate",
     "pdbench.lengths",
     "pdbench.plan",

@@ -139,3 +139,17 @@ def test_checking_a_dir_creates_nothing(tmp_path):
     cfg = cpu_run(dir=str(tmp_path / "a" / "b"), cache_dir=str(tmp_path / "c"))
     assert validate(cfg) == []
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("delay_s", [-1, 120, 600])
+def test_the_requeue_warning_must_come_inside_the_time_limit(delay_s):
+    cfg = cpu_run()
+    cfg.cluster.time_limit_min, cfg.cluster.signal_delay_s = 2, delay_s
+    (line,) = lines_for(cfg, "cluster.signal_delay_s")
+    assert line == (
+        f"cluster.signal_delay_s={delay_s}: USR2 must come inside the 2 min time limit, or the "
+        "job checkpoints and requeues as soon as it starts (or never). "
+        "Fix: 0 (120 s, at most half the limit) or 1 to 119 seconds"
+    )
+    cfg.cluster.signal_delay_s = 45
+    assert lines_for(cfg, "cluster.signal_delay_s") == []

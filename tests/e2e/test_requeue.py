@@ -1,0 +1,166 @@
+"""Requeue on the real local SLURM cluster: a time limit hit mid-sweep (submitit's USR2
+checkpoint) and a preemption by ``scontrol requeue``. SLURM restarts the same job; it
+starts its servers again and measures the Points not recorded ok: every Point once, none
+lost, one pdbench command from submit to the end.
+
+How each Point was written is watched while the run goes: a Point written twice would show
+two ``started_at`` values. Wall times are printed (pytest -s), never asserted.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.e2e.conftest import REPO, server_pids
+from tests.e2e.test_local_slurm import local_slurm  # noqa: F401 - the cluster fixture
+
+pytestmark = [pytest.mark.e2e, pytest.mark.slurm]
+
+HISTORIES = [0, 64, 128]
+FLOWS = 3  # smoke: agg, recompute, pull
+SWEEP = [
+    "+experiment=smoke",
+    "cluster=slurm",
+    "topology.placement=cross_node",  # two SLURM nodes: rank 1 is requeued too
+    "workload.conversations=2",
+    f"workload.history_tokens=[{','.join(map(str, HISTORIES))}]",
+]
+RUN_TIMEOUT_S = 1200  # up to 4 attempts of 3 minutes (submitit requeues 3 times at most)
+
+
+class Run:
+    """``python -m pdbench ARGS`` in the background, its output in a file, its records
+    watched: every (point id, started_at) seen, and when."""
+
+    def __init__(self, args: list[str], run_dir: Path, log: Path):
+        self.run_dir = run_dir
+        self.log = log
+        self.start = time.monotonic()
+        self.writes: dict[str, set[float]] = {}
+        with open(log, "w") as out:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "pdbench", *args],
+                cwd=REPO,
+                env={**os.environ, "PYTHONUNBUFFERED": "1"},
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+
+    def watch(self) -> None:
+        for path in (self.run_dir / "points").glob("*.json"):
+            try:
+                record = json.loads(path.read_text())
+            except (OSError, json.JSONDecodeError):
+                continue  # renamed into place: a reader sees the old file or the new one
+            self.writes.setdefault(record["point_id"], set()).add(record["started_at"])
+
+    def records(self) -> list[dict]:
+        return [json.loads(p.read_text()) for p in (self.run_dir / "points").glob("*.json")]
+
+    def wait_for_records(self, n: int, timeout_s: float) -> None:
+        deadline = time.monotonic() + timeout_s
+        while len(self.records()) < n:
+            assert self.proc.poll() is None, self.output()[-3000:]
+            assert time.monotonic() < deadline, f"fewer than {n} record(s) in {timeout_s} s"
+            self.watch()
+            time.sleep(0.2)
+
+    def finish(self, timeout_s: float = RUN_TIMEOUT_S) -> float:
+        deadline = time.monotonic() + timeout_s
+        try:
+            while self.proc.poll() is None:
+                assert time.monotonic() < deadline, "pdbench did not finish"
+                self.watch()
+                time.sleep(0.2)
+        finally:
+            if self.proc.poll() is None:
+                os.killpg(self.proc.pid, 9)
+        self.watch()
+        return time.monotonic() - self.start
+
+    def output(self) -> str:
+        return self.log.read_text(errors="replace")
+
+
+def job_id(run_dir: Path) -> str:
+    return json.loads((run_dir / "manifest.json").read_text())["jobs"][0]["job_id"]
+
+
+def restarts(job: str) -> int:
+    out = subprocess.run(
+        ["scontrol", "show", "job", job, "-o"], capture_output=True, text=True, timeout=30
+    ).stdout
+    field = next(f for f in out.split() if f.startswith("Restarts="))
+    return int(field.split("=", 1)[1])
+
+
+def check_every_point_measured_once(run: Run) -> list[dict]:
+    records = run.records()
+    assert len(records) == len(HISTORIES) * FLOWS  # none lost
+    assert {r["status"] for r in records} == {"ok"}, [r["error"][:300] for r in records]
+    for r in records:
+        assert run.writes[r["point_id"]] == {r["started_at"]}, r["point_id"]  # written once
+        lines = (run.run_dir / r["requests_file"]).read_text().splitlines()
+        assert len(lines) == r["workload"]["conversations"] * r["workload"]["turns"]
+    assert server_pids(run.run_dir) == []
+    return records
+
+
+def test_a_time_limit_mid_sweep_requeues_and_the_rest_is_measured_once(
+    local_slurm,  # noqa: F811
+    tmp_path,
+):
+    run_dir = tmp_path / "run"
+    # SLURM checks time limits every 30 s: USR2 comes 45-75 s before the 3-minute limit,
+    # 105-135 s into an attempt. Servers are up after 25-60 s here; Points paced by seeded
+    # arrivals (3 turns of 2 requests, 0.25/s: ~12 s of waits each) make the 9 Points last
+    # longer than an attempt: the limit cuts the sweep, the next attempt finishes it.
+    limit = ["cluster.time_limit_min=3", "cluster.signal_delay_s=45"]
+    paced = ["workload.turns=3", "workload.request_rate=0.25", "workload.seed=0"]
+    run = Run([*SWEEP, *paced, *limit, f"dir={run_dir}"], run_dir, tmp_path / "pdbench.log")
+    took = run.finish()
+    output = run.output()
+    print(f"\ntime limit + requeue: pdbench ran {took:.0f} s")
+    assert run.proc.returncode == 0, output[-4000:]
+    records = check_every_point_measured_once(run)
+    attempts = sorted(r["attempt"] for r in records)
+    print(f"Points per attempt: {[attempts.count(a) for a in sorted(set(attempts))]}")
+    assert attempts[0] == 0 and attempts[-1] >= 1, attempts  # cut mid-sweep, then resumed
+    job = job_id(run_dir)
+    assert {r["job_id"] for r in records} == {job}  # SLURM restarted the same job
+    assert restarts(job) == attempts[-1]
+    log = (run_dir / "submitit" / f"{job}_0_log.out").read_text(errors="replace")
+    assert "this job is timed-out" in log  # submitit's USR2 handler, attempt 0
+    assert "checkpointed; the requeued job starts the servers again" in log
+    assert f"job {job} restarted by SLURM (restart 1)" in output
+    assert "skipping" in output and "Point(s) recorded ok" in output
+
+
+def test_scontrol_requeue_mid_sweep_brings_the_job_back_to_finish_the_rest(
+    local_slurm,  # noqa: F811
+    tmp_path,
+):
+    run_dir = tmp_path / "run"
+    run = Run([*SWEEP, "workload.turns=2", f"dir={run_dir}"], run_dir, tmp_path / "pdbench.log")
+    run.wait_for_records(2, RUN_TIMEOUT_S)
+    job = job_id(run_dir)
+    subprocess.run(["scontrol", "requeue", job], check=True, timeout=30)  # as a preemption
+    took = run.finish()
+    output = run.output()
+    print(f"\nscontrol requeue: pdbench ran {took:.0f} s")
+    assert run.proc.returncode == 0, output[-4000:]
+    records = check_every_point_measured_once(run)
+    attempts = sorted(r["attempt"] for r in records)
+    print(f"Points per attempt: {[attempts.count(a) for a in sorted(set(attempts))]}")
+    assert attempts[0] == 0 and attempts[-1] == 1, attempts
+    assert restarts(job) == 1
+    assert f"job {job} restarted by SLURM (restart 1)" in output
+    assert "PENDING (BeginTime)" in output  # the driver said why it waits

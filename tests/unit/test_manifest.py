@@ -1,0 +1,140 @@
+"""The manifest's history: every launch appended, another experiment refused (with the
+keys that differ and the override), the jobs of one sweep let through, status shows it."""
+
+from __future__ import annotations
+
+import copy
+import json
+
+import pytest
+
+from pdbench.cli import compose_job
+from pdbench.config import Flow
+from pdbench.config_problems import ConfigError
+from pdbench.launch import check_same_experiment, write_manifest
+from pdbench.manifest import LaunchOrigin, launches
+from pdbench.plan import make_plan
+from pdbench.results import RunStore
+from pdbench.status import print_status
+from tests.unit.helpers import cpu_run
+from tests.unit.test_cli import pdbench
+
+pytestmark = pytest.mark.unit
+
+
+@pytest.fixture(autouse=True)
+def _no_provenance_probes(monkeypatch):
+    monkeypatch.setattr("pdbench.provenance.collect", lambda: {"hostname": "h", "git_sha": "abc"})
+
+
+def launch_into(cfg, origin: LaunchOrigin) -> None:
+    """What ``launch`` does with the manifest before submitting."""
+    store = RunStore(cfg.dir)
+    check_same_experiment(cfg, store, origin)
+    write_manifest(cfg, make_plan(cfg), store, "/model", origin)
+
+
+def test_a_resume_with_raised_timeouts_is_appended_and_status_shows_what_changed(tmp_path, capsys):
+    cfg = cpu_run(dir=str(tmp_path), name="smoke")
+    launch_into(cfg, LaunchOrigin.of(["+experiment=smoke", f"dir={tmp_path}"]))
+    again = copy.deepcopy(cfg)
+    again.server.startup_timeout_s = 900.0
+    again.workload.request_timeout_s = 600.0
+    launch_into(again, LaunchOrigin.of(["+experiment=smoke", "server.startup_timeout_s=900"]))
+    manifest = RunStore(tmp_path).read_manifest()
+    history = launches(manifest)
+    assert len(history) == 2
+    assert history[1]["command_line"] == (
+        "python -m pdbench +experiment=smoke server.startup_timeout_s=900"
+    )
+    assert history[1]["config"]["server"]["startup_timeout_s"] == 900.0
+    assert manifest["config"]["server"]["startup_timeout_s"] == 1800.0  # the dir's: kept
+    print_status(str(tmp_path))
+    out = capsys.readouterr().out
+    assert "launch 1 (" in out and f"dir={tmp_path}" in out
+    assert "launch 2 (" in out and "h, git abc" in out
+    assert (
+        "changed since launch 1: server.startup_timeout_s: 1800.0 -> 900.0; "
+        "workload.request_timeout_s: 120.0 -> 600.0"
+    ) in out
+
+
+def test_another_experiment_into_the_dir_is_refused_key_by_key_with_the_override(tmp_path):
+    cfg = cpu_run(dir=str(tmp_path), name="smoke")
+    launch_into(cfg, LaunchOrigin.of(["+experiment=smoke"]))
+    other = copy.deepcopy(cfg)
+    other.name = "crossover"
+    other.server.block_size = 64
+    other.workload.turns = 6
+    with pytest.raises(ConfigError) as info:
+        launch_into(other, LaunchOrigin.of(["+experiment=crossover"]))
+    text = str(info.value)
+    assert f"dir={tmp_path}: the run dir holds another experiment" in text
+    assert "server.block_size: 32 (dir) -> 64 (this launch)" in text
+    assert "workload.turns: 4 (dir) -> 6 (this launch)" in text
+    assert "launch 1 (" in text and "python -m pdbench +experiment=smoke" in text
+    assert "Fix: a new dir= for a new experiment" in text and "launch.allow_mixed=true" in text
+    manifest = RunStore(tmp_path).read_manifest()
+    assert manifest["name"] == "smoke" and len(launches(manifest)) == 1  # nothing overwritten
+    other.launch.allow_mixed = True
+    launch_into(other, LaunchOrigin.of(["+experiment=crossover", "launch.allow_mixed=true"]))
+    manifest = RunStore(tmp_path).read_manifest()
+    assert manifest["name"] == "smoke"
+    assert [launch["name"] for launch in launches(manifest)] == ["smoke", "crossover"]
+    assert manifest["config"]["server"]["block_size"] == 32
+
+
+def test_the_jobs_of_one_sweep_share_the_dir_and_a_later_rerun_of_one_job_passes(tmp_path):
+    sweep = LaunchOrigin.of(["-m", "+experiment=smoke", "server.block_size=32,64"])
+    first = cpu_run(dir=str(tmp_path))
+    second = copy.deepcopy(first)
+    second.server.block_size = 64
+    launch_into(first, sweep)
+    launch_into(second, sweep)  # same invocation: the swept key may differ
+    launch_into(second, LaunchOrigin.of(["+experiment=smoke", "server.block_size=64"]))
+    assert len(launches(RunStore(tmp_path).read_manifest())) == 3
+    third = copy.deepcopy(first)
+    third.server.block_size = 128
+    with pytest.raises(ConfigError, match=r"server.block_size: 32 \(dir\) -> 128"):
+        launch_into(third, LaunchOrigin.of(["server.block_size=128"]))
+
+
+def test_more_values_of_a_sweep_axis_extend_the_dir(tmp_path):
+    cfg = cpu_run(dir=str(tmp_path))
+    launch_into(cfg, LaunchOrigin.of([]))
+    more = copy.deepcopy(cfg)
+    more.workload.history_tokens = [0, 1024]
+    more.flow.flows = [Flow.agg, Flow.pull]
+    more.flow.kv_recompute_thresholds = [0, 64]
+    launch_into(more, LaunchOrigin.of([]))
+    assert len(launches(RunStore(tmp_path).read_manifest())) == 2
+
+
+def test_a_manifest_from_before_the_history_counts_as_its_one_launch(tmp_path):
+    cfg = cpu_run(dir=str(tmp_path), name="old")
+    write_manifest(cfg, make_plan(cfg), RunStore(tmp_path), "/model")
+    manifest = RunStore(tmp_path).read_manifest()
+    del manifest["launches"]
+    (tmp_path / "manifest.json").write_text(json.dumps(manifest))
+    other = copy.deepcopy(cfg)
+    other.model.max_model_len = 4096
+    with pytest.raises(ConfigError, match="model.max_model_len: 2048 .dir. -> 4096"):
+        launch_into(other, LaunchOrigin.of([]))
+    launch_into(copy.deepcopy(cfg), LaunchOrigin.of([]))
+    assert [launch["name"] for launch in launches(RunStore(tmp_path).read_manifest())] == [
+        "old",
+        "old",
+    ]
+
+
+def test_the_cli_refuses_another_experiment_with_exit_2_and_the_message_alone(tmp_path):
+    run_dir = tmp_path / "run"
+    cfg = compose_job(["+experiment=smoke", f"dir={run_dir}"])
+    write_manifest(cfg, make_plan(cfg), RunStore(run_dir), "/model")
+    out = pdbench(
+        "+experiment=smoke", f"dir={run_dir}", "server.block_size=64", "launch.dry_run=true"
+    )
+    assert out.returncode == 2, out.stdout + out.stderr
+    assert out.stderr.startswith("pdbench: 1 problem(s) in the config:\ndir=")
+    assert "server.block_size: 32 (dir) -> 64 (this launch)" in out.stderr
+    assert "Traceback" not in out.stderr

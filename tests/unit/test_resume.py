@@ -1,0 +1,60 @@
+"""A launch into a dir with records says what it skips and what it runs; the dry run lists
+every Point and leaves the dir as it was."""
+
+from __future__ import annotations
+
+import pytest
+
+from pdbench.cli import compose_job
+from pdbench.launch import resume_lines, write_manifest
+from pdbench.plan import make_plan
+from pdbench.results import PointResult, PointStatus, RunStore
+from tests.unit.helpers import cpu_run
+from tests.unit.test_cli import pdbench
+
+pytestmark = pytest.mark.unit
+
+
+def record(store: RunStore, point, status: PointStatus) -> None:
+    store.write_point(PointResult(point.point_id, status, "", point.flow.value, {}, {}), [])
+
+
+def test_a_new_dir_lists_nothing_and_a_used_one_each_kind(tmp_path):
+    plan = make_plan(cpu_run(dir=str(tmp_path)))
+    store = RunStore(tmp_path)
+    assert resume_lines(plan, store, verbose=False) == []
+    agg, recompute, pull = plan.all_points()
+    record(store, agg, PointStatus.ok)
+    record(store, recompute, PointStatus.failed)
+    lines = resume_lines(plan, store, verbose=False)
+    assert lines[0] == f"{tmp_path} holds records: 1 Point(s) recorded ok are skipped, 2 run"
+    assert lines[1] == f"skipping 1 Point(s) recorded ok: {agg.point_id}"
+    assert lines[2] == f"measuring again 1 Point(s) not ok: {recompute.point_id} (failed)"
+    store.point_path(pull.point_id).write_text('{"status": "o')  # torn
+    verbose = resume_lines(plan, store, verbose=True)
+    assert verbose[1:] == [
+        f"  skip {agg.point_id} (ok)",
+        f"  run  {recompute.point_id} (failed)",
+        f"  run  {pull.point_id} (corrupt)",
+    ]
+
+
+def test_the_dry_run_lists_the_points_it_would_skip_and_run_and_writes_nothing(
+    tmp_path, monkeypatch
+):
+    monkeypatch.setattr("pdbench.provenance.collect", lambda: {})
+    run_dir = tmp_path / "run"
+    cfg = compose_job(["+experiment=smoke", f"dir={run_dir}"])
+    plan = make_plan(cfg)
+    store = RunStore(run_dir)
+    write_manifest(cfg, plan, store, "/model")
+    agg, recompute, pull = plan.all_points()
+    record(store, agg, PointStatus.ok)
+    before = sorted((p, p.stat().st_mtime_ns) for p in run_dir.rglob("*"))
+    out = pdbench("+experiment=smoke", f"dir={run_dir}", "launch.dry_run=true")
+    assert out.returncode == 0, out.stderr
+    assert f"{run_dir} holds records: 1 Point(s) recorded ok are skipped, 2 run:" in out.stdout
+    assert f"  skip {agg.point_id} (ok)" in out.stdout
+    assert f"  run  {recompute.point_id} (pending)" in out.stdout
+    assert f"  run  {pull.point_id} (pending)" in out.stdout
+    assert sorted((p, p.stat().st_mtime_ns) for p in run_dir.rglob("*")) == before
