@@ -26,9 +26,23 @@ import submitit
 
 from connector.shared_files import poll_until
 from connector.ucx_proto import tcp_fallback, transports_in_log
+from jobs.preflight import (
+    PreflightFailed,
+    node_preflight,
+    read_reports,
+    record_findings,
+    reports_dir,
+)
 from pdbench import attribution, metrics
 from pdbench.config import Flow, TrackingConfig, WorkloadConfig
-from pdbench.launch_spec import LOOPBACK, DeploymentSpec, InstanceSpec, RouterSpec, resolve
+from pdbench.launch_spec import (
+    LOOPBACK,
+    DeploymentSpec,
+    InstanceSpec,
+    RouterSpec,
+    map_devices,
+    resolve,
+)
 from pdbench.plan import Deployment, Point
 from pdbench.results import (
     PointResult,
@@ -81,30 +95,47 @@ class DeploymentJob:
     def __call__(self) -> dict[str, Any]:
         rank, job_id = task_identity()
         host = node_address(self.spec)
-        spec = resolve(self.spec, {rank: host})
-        store = RunStore(spec.run_dir)
+        devices = os.environ.get("CUDA_VISIBLE_DEVICES")  # the GPUs SLURM gave this task
+        store = RunStore(self.spec.run_dir)
         # A requeued job keeps its id: the restart count keeps its rendezvous apart.
         attempt = os.environ.get("SLURM_RESTART_COUNT", "0")
-        rdv = Path(spec.rendezvous_dir) / f"{job_id}.{attempt}"
+        rdv = Path(self.spec.rendezvous_dir) / f"{job_id}.{attempt}"
         rdv.mkdir(parents=True, exist_ok=True)
         previous = signal.signal(signal.SIGTERM, _raise_interrupted)
         try:
             with ExitStack() as stack:
                 try:
                     self._procs: list[tuple[InstanceSpec | None, ServerProcess]] = []
+                    if self.spec.preflight:
+                        self._preflight(store, rank, rdv)
+                    spec = map_devices(resolve(self.spec, {rank: host}), rank, devices)
                     urls = self._start_servers(stack, spec.on_node(rank), rank)
                     write_json_atomic(
                         rdv / f"node{rank}.json",
-                        {"host": host, "hostname": socket.gethostname(), "urls": urls},
+                        {
+                            "host": host,
+                            "hostname": socket.gethostname(),
+                            "urls": urls,
+                            "cuda_visible_devices": devices,
+                        },
                     )
                     if rank != 0:
                         self._wait_for_rank0(rdv)
                         return {"rank": rank, "host": host}
                     nodes = self._gather_nodes(rdv)
-                    # Every node's address is known now: the spec as it ran, for the records.
+                    # Every node's address and devices are known now: the spec as it ran.
                     ran = resolve(self.spec, nodes["addresses"])
+                    for node, visible in nodes["devices"].items():
+                        ran = map_devices(ran, node, visible)
                     write_json_atomic(store.launch_spec_path(ran.deployment_id), ran.to_dict())
                     return self._run_points(stack, store, ran, nodes["hosts"])
+                except PreflightFailed as exc:
+                    # Nothing was started: every pending Point carries the one line.
+                    write_json_atomic(rdv / f"node{rank}.failed.json", {"error": str(exc)})
+                    if rank == 0:
+                        self._fail_pending(store, str(exc))
+                    print(f"[pdbench] {exc}", flush=True)
+                    raise
                 except (ServerStartError, TimeoutError, NodeFailed) as exc:
                     # The deployment cannot run: every pending Point says why, in its record.
                     write_json_atomic(rdv / f"node{rank}.failed.json", {"error": str(exc)})
@@ -116,6 +147,19 @@ class DeploymentJob:
                         write_json_atomic(rdv / "done.json", {"at": time.time()})
         finally:
             signal.signal(signal.SIGTERM, previous)
+
+    def _preflight(self, store: RunStore, rank: int, rdv: Path) -> None:
+        """The job's first step on every node: check what the plan assumes before any
+        server starts (``jobs.preflight``). Task 0 keeps every node's findings."""
+        try:
+            reports = node_preflight(self.spec, rank, rdv)
+        except PreflightFailed as exc:
+            if rank == 0:
+                found = read_reports(reports_dir(rdv), self.spec.nodes)
+                record_findings(store, self.spec.deployment_id, found, str(exc))
+            raise
+        if rank == 0:
+            record_findings(store, self.spec.deployment_id, reports, "")
 
     def _wait_for_rank0(self, rdv: Path) -> None:
         while not (rdv / "done.json").exists():
@@ -176,12 +220,14 @@ class DeploymentJob:
         files = poll_until(all_there, RENDEZVOUS_TIMEOUT_S, "every node's servers", max_pause_s=0.5)
         hosts: dict[str, str] = {}
         addresses: dict[int, str] = {}
+        devices: dict[int, str | None] = {}
         for node, f in enumerate(files):
             data = json.loads(f.read_text())
             addresses[node] = data["host"]
+            devices[node] = data.get("cuda_visible_devices")
             for name in data["urls"]:
                 hosts[name] = f"{data['hostname']} ({data['host']})"
-        return {"hosts": hosts, "addresses": addresses}
+        return {"hosts": hosts, "addresses": addresses, "devices": devices}
 
     # ---- points (task 0) ----
     def _run_points(self, stack, store: RunStore, ran: DeploymentSpec, hosts) -> dict[str, Any]:

@@ -25,6 +25,7 @@ from pdbench.conf_tree import CONF_DIR, ROOT_CONFIG
 from pdbench.config import Command, RunConfig, register_configs
 from pdbench.launch import launch, run_transfer_bench
 from pdbench.overrides import OverrideError, check_overrides, combinations, schema
+from pdbench.preflight_launch import run_preflight_alone
 from pdbench.report_table import print_run_table
 from pdbench.results import RunStore
 from pdbench.status import print_status
@@ -259,10 +260,16 @@ def _transfer_bench(cfg: RunConfig) -> None:
     run_transfer_bench(cfg)
 
 
+def _preflight(cfg: RunConfig) -> None:
+    if run_preflight_alone(cfg):
+        raise SystemExit(1)
+
+
 COMMANDS: dict[Command, Callable[[RunConfig], None]] = {
     Command.run: _run,
     Command.status: _status,
     Command.transfer_bench: _transfer_bench,
+    Command.preflight: _preflight,
 }
 
 

@@ -7,7 +7,6 @@ gets them all at once as an array, capped by ``cluster.array_parallelism``.
 
 from __future__ import annotations
 
-import json
 import shutil
 import subprocess
 import time
@@ -48,19 +47,24 @@ def pending_deployments(plan: Plan, store: RunStore) -> list[str]:
 
 
 def write_manifest(cfg: RunConfig, plan: Plan, store: RunStore, model_path: str) -> None:
-    path = store.root / "manifest.json"
-    previous = json.loads(path.read_text()) if path.exists() else {}
-    manifest = {
-        "name": cfg.name,
-        "created_at": previous.get("created_at", time.time()),
-        "updated_at": time.time(),
-        "config": to_jsonable(cfg),
-        "model_path": model_path,
-        "provenance": provenance.collect(),
-        "deployments": merge_deployments(previous.get("deployments", []), plan),
-        "jobs": previous.get("jobs", []),
-    }
-    store.write_manifest(manifest)
+    driver = provenance.collect()
+
+    def update(previous: dict[str, Any]) -> None:
+        manifest = {
+            "name": cfg.name,
+            "created_at": previous.get("created_at", time.time()),
+            "updated_at": time.time(),
+            "config": to_jsonable(cfg),
+            "model_path": model_path,
+            # the nodes' preflight findings (jobs of this run dir so far) stay
+            "provenance": {**driver, "nodes": previous.get("provenance", {}).get("nodes", {})},
+            "deployments": merge_deployments(previous.get("deployments", []), plan),
+            "jobs": previous.get("jobs", []),
+        }
+        previous.clear()
+        previous.update(manifest)
+
+    store.update_manifest(update)
 
 
 def merge_deployments(previous: list[dict[str, Any]], plan: Plan) -> list[dict[str, Any]]:
@@ -80,18 +84,15 @@ def merge_deployments(previous: list[dict[str, Any]], plan: Plan) -> list[dict[s
 
 
 def record_job(store: RunStore, deployment_id: str, job, executor: str) -> None:
-    manifest = store.read_manifest()
-    manifest.setdefault("jobs", []).append(
-        {
-            "deployment_id": deployment_id,
-            "job_id": str(job.job_id),
-            "executor": executor,  # local: the job id is the job's process id
-            "submitted_at": time.time(),
-            "stdout": str(job.paths.stdout),
-            "stderr": str(job.paths.stderr),
-        }
-    )
-    store.write_manifest(manifest)
+    entry = {
+        "deployment_id": deployment_id,
+        "job_id": str(job.job_id),
+        "executor": executor,  # local: the job id is the job's process id
+        "submitted_at": time.time(),
+        "stdout": str(job.paths.stdout),
+        "stderr": str(job.paths.stderr),
+    }
+    store.update_manifest(lambda manifest: manifest.setdefault("jobs", []).append(entry))
 
 
 def launch(cfg: RunConfig) -> dict[str, Any]:

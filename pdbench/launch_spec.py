@@ -101,6 +101,13 @@ class DeploymentSpec:
     rendezvous_dir: str  # the job adds <job id>.<restart count>/ below it
     instances: list[InstanceSpec]
     router: RouterSpec
+    # What the preflight checks on every node before any server starts (jobs/preflight.py,
+    # pdbench.preflight.spec_from_launch) beyond the instances themselves:
+    model_path: str = ""  # the servers' model (a directory or a hub id)
+    python: str = ""  # the interpreter the servers and the job run with
+    expected_ucx_transports: list[str] = field(default_factory=list)  # transport config's
+    gpu_memory_gib: float = 0.0  # cluster.gpu_memory_gib on GPU clusters; 0: not compared
+    preflight: bool = True  # launch.preflight: run it as the job's first step
 
     def on_node(self, node: int) -> list[InstanceSpec]:
         return [i for i in self.instances if i.node == node]
@@ -158,6 +165,37 @@ def resolve(spec: DeploymentSpec, addresses: dict[int, str]) -> DeploymentSpec:
     return DeploymentSpec.from_dict(_substitute(spec.to_dict(), mapping))
 
 
+def task_devices(task_visible: str | None) -> list[str]:
+    """The devices a task may use (its ``CUDA_VISIBLE_DEVICES``, set by SLURM for the job's
+    GPUs); [] when unset: every GPU of the node."""
+    return [v.strip() for v in (task_visible or "").split(",") if v.strip()]
+
+
+def visible_devices(plan_gpus: list[int], task_visible: str | None) -> str:
+    """The ``CUDA_VISIBLE_DEVICES`` of an instance on plan GPUs ``plan_gpus``: plan index ``i``
+    is the task's ``i``-th device, so that on a node shared with other jobs an instance never
+    lands on their GPUs; without a task list, the plan indices themselves."""
+    devices = task_devices(task_visible)
+    if not devices:
+        return ",".join(str(g) for g in plan_gpus)
+    if plan_gpus and max(plan_gpus) >= len(devices):
+        raise ValueError(
+            f"the plan uses GPUs {plan_gpus} but this task sees CUDA_VISIBLE_DEVICES="
+            f"{task_visible} ({len(devices)}): request more GPUs (cluster.gpus_per_node)"
+        )
+    return ",".join(devices[g] for g in plan_gpus)
+
+
+def map_devices(spec: DeploymentSpec, node: int, task_visible: str | None) -> DeploymentSpec:
+    """``spec`` with node ``node``'s instances' ``CUDA_VISIBLE_DEVICES`` mapped through that
+    node's task's own list (``visible_devices``); the job does this on each node."""
+    data = spec.to_dict()
+    for inst in data["instances"]:
+        if inst["node"] == node and inst["gpus"]:
+            inst["env"]["CUDA_VISIBLE_DEVICES"] = visible_devices(inst["gpus"], task_visible)
+    return DeploymentSpec.from_dict(data)
+
+
 def _substitute(value: Any, mapping: dict[str, str]) -> Any:
     if isinstance(value, str):
         for placeholder, address in mapping.items():
@@ -171,7 +209,14 @@ def _substitute(value: Any, mapping: dict[str, str]) -> Any:
 
 
 def deployment_spec(
-    dep: Deployment, points: list[Point], run_dir: str, model_path: str, python: str, local: bool
+    dep: Deployment,
+    points: list[Point],
+    run_dir: str,
+    model_path: str,
+    python: str,
+    local: bool,
+    gpu_memory_gib: float = 0.0,
+    preflight: bool = True,
 ) -> DeploymentSpec:
     """The launch artifacts of one Deployment (pure)."""
     root = Path(run_dir)
@@ -199,6 +244,11 @@ def deployment_spec(
         rendezvous_dir=str(root / "rendezvous" / dep.deployment_id),
         instances=instances,
         router=_router_spec(dep, points, instances, host_of(0), python, run_dir, logs, kv_params),
+        model_path=model_path,
+        python=python,
+        expected_ucx_transports=list(dep.transport.expected_ucx_transports),
+        gpu_memory_gib=gpu_memory_gib,
+        preflight=preflight,
     )
 
 
@@ -295,8 +345,18 @@ def build_launch(
     local = cfg.cluster.executor is not ExecutorKind.slurm
     python = cfg.cluster.python or sys.executable
     folder = str(Path(cfg.dir) / "submitit")
+    gpu_memory_gib = cfg.cluster.gpu_memory_gib if cfg.cluster.gpus_per_node > 0 else 0.0
     specs = [
-        deployment_spec(d, plan.points[d.deployment_id], cfg.dir, model_path, python, local)
+        deployment_spec(
+            d,
+            plan.points[d.deployment_id],
+            cfg.dir,
+            model_path,
+            python,
+            local,
+            gpu_memory_gib,
+            cfg.launch.preflight,
+        )
         for d in plan.deployments
     ]
     todo = [d for d in plan.deployments if pending is None or d.deployment_id in pending]
@@ -362,6 +422,7 @@ def describe_deployment(dep: DeploymentSpec) -> list[str]:
         f"  dirs: logs {dep.logs_dir}, KV params {dep.kv_params_dir}, traces "
         f"{dep.traces_dir}, rendezvous {dep.rendezvous_dir}/<job id>.<restart count>",
     ]
+    lines.append("  " + describe_preflight(dep))
     for node in range(dep.nodes):
         lines.append(f"  node {node}:")
         for inst in dep.on_node(node):
@@ -374,6 +435,19 @@ def describe_deployment(dep: DeploymentSpec) -> list[str]:
             lines += _process_lines(router.env, router.command, router.log_path)
             lines.append(f"      config {json.dumps(router.config, sort_keys=True)}")
     return lines
+
+
+def describe_preflight(dep: DeploymentSpec) -> str:
+    """The preflight line of the dry run: what every node is checked for first."""
+    if not dep.preflight:
+        return "preflight: off (launch.preflight=false)"
+    expected = ",".join(dep.expected_ucx_transports) or "any"
+    memory = f"{dep.gpu_memory_gib:g} GiB" if dep.gpu_memory_gib else "not compared"
+    return (
+        f"preflight (every node, before any server): imports with {dep.python}, model "
+        f"{dep.model_path}, UCX transports expected: {expected}, GPU memory: {memory}, "
+        "node address, shared run dir"
+    )
 
 
 def _process_lines(env: dict[str, str], command: list[str], log_path: str) -> list[str]:

@@ -59,6 +59,7 @@ DRIVER = {
     "pdbench.help",
     "pdbench.overrides",
     "pdbench.conf_tree",
+    "pdbench.preflight_launch",
 }
 LAYERS = ("connector", "core", "runtime", "jobs", "driver", "analysis")
 
