@@ -54,8 +54,10 @@ from pdbench.results import (
 )
 from pdbench.serve_command import served_model_name
 from pdbench.server import ServerProcess, ServerStartError, log_tail
+from pdbench.server_log import LogWindow, failed_loads, recomputed_loads
 from pdbench.slurm_env import TaskEnvironment
 from pdbench.tracking import make_tracker
+from pdbench.ucx_transports import expand, unexpected_path
 from pdbench.workload import LoadGenerator, RequestOptions, build_conversations, run_client
 
 RENDEZVOUS_TIMEOUT_S = 600.0  # how long task 0 waits for every node's servers
@@ -330,6 +332,8 @@ class DeploymentJob:
             started_at=started,
         )
         records: list[RequestRecord] = []
+        # This Point's stretch of the P/D servers' logs (every Point of a Deployment shares them).
+        logs = LogWindow([i.log_path for i in self._ran.instances if i.role != "mixed"])
         try:
             records, per_turn, totals, duration, result.router = run_client(
                 self._drive(point, urls, router_url, label)
@@ -346,6 +350,7 @@ class DeploymentJob:
         except Exception as exc:  # the Point fails, the record says why
             result.error = f"{type(exc).__name__}: {exc}\n{traceback.format_exc(limit=5)}"
         self._check_transport(result)
+        self._check_kv_loads(result, "".join(logs.read().values()))
         trace_dir = Path(self._ran.traces_dir)
         result.trace_files = sorted(
             str(p.relative_to(store.root)) for p in trace_dir.glob("*.jsonl")
@@ -364,9 +369,12 @@ class DeploymentJob:
         return result, records
 
     def _check_transport(self, result: PointResult) -> None:
-        """Record which UCX transports moved KV and flag a slow path or a slow link."""
+        """Record which UCX transports moved KV (per instance, so far in the Deployment: UCX
+        prints a path once per endpoint) and flag a TCP fallback, a path other than the one
+        the transport config expects, or a slow link."""
 
         transport = self.deployment.transport
+        expected = list(transport.expected_ucx_transports)
         for inst in self._ran.instances:
             if inst.role == "mixed":
                 continue
@@ -378,6 +386,14 @@ class DeploymentJob:
                     f"{inst.name}: KV reads went over {used['read']}: TCP, though UCX_TLS="
                     f"{tls or '(unset)'} does not name it; UCX found no faster path (check "
                     "UCX_TLS, GPUDirect RDMA, cuda_ipc)"
+                )
+            moved = sorted(set(used["read"]) | set(used["write"]))
+            if unexpected_path(moved, expected):
+                result.flags.append(
+                    f"{inst.name}: KV moved over {moved}, none of the transports "
+                    f"{transport.name} expects ({', '.join(sorted(expand(expected)))}; "
+                    "transport.expected_ucx_transports): its bandwidth is not that link's "
+                    "(check UCX_TLS, the NICs and GPUDirect RDMA, or the transport config)"
                 )
         stalled = self._expired_prefill_leases(result.point_id)
         if stalled:
@@ -405,6 +421,24 @@ class DeploymentJob:
             result.flags.append(
                 f"KV moved at {t.bytes / t.seconds / 1e9:.2f} GB/s, under 10% of the "
                 f"{expected:g} GB/s transport.expected_gb_s for {transport.name}"
+            )
+
+    def _check_kv_loads(self, result: PointResult, log_text: str) -> None:
+        """Flag the requests of this Point whose KV did not load (its stretch of the P/D
+        logs): recomputed (``kv_load_failure_policy=recompute``: always a flag, their TTFT
+        is a recompute, not a transfer) or failed."""
+        recomputed = recomputed_loads(log_text)
+        if recomputed:
+            result.flags.append(
+                f"{recomputed} request(s) recomputed KV that failed to load (vLLM: 'Recovered "
+                "from KV load failure', kv_load_failure_policy=recompute): their TTFT measures "
+                "a recompute, not a transfer"
+            )
+        failed = failed_loads(log_text)
+        if failed:
+            result.flags.append(
+                f"{failed} request(s) failed because their KV did not load (vLLM: 'Failing ... "
+                "due to KV load failure', kv_load_failure_policy=fail)"
             )
 
     def _expired_prefill_leases(self, point_id: str) -> int:
