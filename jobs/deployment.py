@@ -236,7 +236,7 @@ class DeploymentJob:
 
         self._ran = ran
         urls = {inst.name: inst.url for inst in ran.instances}
-        router_url = self._start_router(stack, ran.router, ran.kv_params_dir)
+        router_url = self._start_router(stack, ran.router)
         tracker = make_tracker(self.tracking, store.root, store.root.name)
         if any(store.point_status(p.point_id) is not PointStatus.ok for p in self.points):
             self._warm_up(router_url, store)
@@ -266,8 +266,7 @@ class DeploymentJob:
             "skipped": skipped,
         }
 
-    def _start_router(self, stack, router_spec: RouterSpec, kv_params_dir: str) -> str:
-        Path(kv_params_dir).mkdir(parents=True, exist_ok=True)
+    def _start_router(self, stack, router_spec: RouterSpec) -> str:
         write_json_atomic(Path(router_spec.config_path), router_spec.config)
         router = ServerProcess(
             name="router",
@@ -351,6 +350,7 @@ class DeploymentJob:
             result.error = f"{type(exc).__name__}: {exc}\n{traceback.format_exc(limit=5)}"
         self._check_transport(result)
         self._check_kv_loads(result, "".join(logs.read().values()))
+        self._check_handoff(result)
         trace_dir = Path(self._ran.traces_dir)
         result.trace_files = sorted(
             str(p.relative_to(store.root)) for p in trace_dir.glob("*.jsonl")
@@ -439,6 +439,18 @@ class DeploymentJob:
             result.flags.append(
                 f"{failed} request(s) failed because their KV did not load (vLLM: 'Failing ... "
                 "due to KV load failure', kv_load_failure_policy=fail)"
+            )
+
+    def _check_handoff(self, result: PointResult) -> None:
+        """Flag pull / decode-first turns whose D params never reached the router (from
+        D's plugin, ``connector.kv_params_service``): their next turn recomputed the
+        history instead of pulling it."""
+        missing = int(result.router.get("missing_params", 0) or 0)
+        if missing:
+            result.flags.append(
+                f"{missing} turn(s) got no KV params from D after they finished (router "
+                "missing_params): the conversation's next turn recomputed its history instead "
+                "of pulling it (check D's log for the pdbench KV-params service)"
             )
 
     def _expired_prefill_leases(self, point_id: str) -> int:

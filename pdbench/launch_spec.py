@@ -1,9 +1,10 @@
 """The launch spec: everything a run will execute, built once by pure code from the plan.
 
 Per instance: command line, environment, GPUs and cores, ports, node, address, log file.
-Per Deployment: its run-dir paths (logs, KV-params export, traces, rendezvous) and the
-router (command, environment, config file). Per run: the submissions, each with the sbatch
-file exactly as SLURM receives it (one array when SLURM gets several Deployments).
+Per Deployment: its run-dir paths (logs, traces, rendezvous), the router (command,
+environment, config file) and what the preflight checks. Per run: the submissions, each
+with the sbatch file exactly as SLURM receives it (one array when SLURM gets several
+Deployments).
 
 This module is the ONLY builder of these: the dry run prints a ``LaunchSpec``, the job runs
 the ``DeploymentSpec`` it is given and writes it, resolved, to ``<run>/launch/<id>.json``,
@@ -12,8 +13,10 @@ and the preflight reads the same objects. What the dry run prints is what runs.
 Addresses: with the local and debug executors every task runs on this machine, so servers
 bind to ``127.0.0.1`` from the start. On SLURM a node's address is known only on the node:
 the spec holds ``node_address_placeholder(n)`` (``<nodeN>``) wherever node ``n``'s address
-goes, and the job replaces it with ``resolve`` once the node's address is known. Nothing
-else in a spec changes between the dry run and the job.
+goes, and the job replaces it with ``resolve`` once the node's address is known. GPUs:
+a plan's GPU index ``i`` is the ``i``-th device of the task's own ``CUDA_VISIBLE_DEVICES``
+(the GPUs SLURM gave the job; ``map_devices`` in the job). Nothing else in a spec changes
+between the dry run and the job.
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ from typing import Any
 
 from connector.process_env import RUN_DIR_ENV
 from pdbench.config import ExecutorKind, FlowConfig, RunConfig
-from pdbench.plan import Deployment, Instance, Plan, Point, to_jsonable
+from pdbench.plan import SIDE_CHANNEL_STRIDE, Deployment, Instance, Plan, Point, to_jsonable
 from pdbench.sbatch import sbatch_script
 from pdbench.serve_command import serve_command, serve_env
 
@@ -55,6 +58,11 @@ class InstanceSpec:
     command: list[str]
     env: dict[str, str]  # added to the job's own environment
     log_path: str
+    kv_params_port: int = 0  # decode: where its plugin serves KV-transfer params; 0: none
+
+    @property
+    def kv_params_url(self) -> str:
+        return f"http://{self.host}:{self.kv_params_port}" if self.kv_params_port else ""
 
     @property
     def url(self) -> str:
@@ -96,7 +104,6 @@ class DeploymentSpec:
     local: bool  # every task on this machine: addresses are loopback, known now
     run_dir: str
     logs_dir: str
-    kv_params_dir: str  # D's KV-transfer params, exported by the connector plugin
     traces_dir: str  # per-transfer traces (connector.trace=true)
     rendezvous_dir: str  # the job adds <job id>.<restart count>/ below it
     instances: list[InstanceSpec]
@@ -221,16 +228,13 @@ def deployment_spec(
     """The launch artifacts of one Deployment (pure)."""
     root = Path(run_dir)
     logs = root / "logs" / dep.deployment_id
-    kv_params = root / "kvparams" / dep.deployment_id
     traces = root / "traces" / dep.deployment_id
 
     def host_of(node: int) -> str:
         return LOOPBACK if local else node_address_placeholder(node)
 
     instances = [
-        _instance_spec(
-            dep, inst, host_of(inst.node), model_path, python, run_dir, logs, kv_params, traces
-        )
+        _instance_spec(dep, inst, host_of(inst.node), model_path, python, run_dir, logs, traces)
         for inst in dep.instances
     ]
     return DeploymentSpec(
@@ -239,17 +243,23 @@ def deployment_spec(
         local=local,
         run_dir=run_dir,
         logs_dir=str(logs),
-        kv_params_dir=str(kv_params),
         traces_dir=str(traces),
         rendezvous_dir=str(root / "rendezvous" / dep.deployment_id),
         instances=instances,
-        router=_router_spec(dep, points, instances, host_of(0), python, run_dir, logs, kv_params),
+        router=_router_spec(dep, points, instances, host_of(0), python, run_dir, logs),
         model_path=model_path,
         python=python,
         expected_ucx_transports=list(dep.transport.expected_ucx_transports),
         gpu_memory_gib=gpu_memory_gib,
         preflight=preflight,
     )
+
+
+def kv_params_port(inst: Instance) -> int:
+    """Where a decode instance's plugin serves its KV-transfer params to the router: the
+    last port of the instance's side-channel block (``plan.SIDE_CHANNEL_STRIDE`` ports from
+    ``side_channel_port``; NIXL listens on the first, plus the data-parallel rank)."""
+    return inst.side_channel_port + SIDE_CHANNEL_STRIDE - 1 if inst.role == "decode" else 0
 
 
 def _instance_spec(
@@ -260,10 +270,10 @@ def _instance_spec(
     python: str,
     run_dir: str,
     logs: Path,
-    kv_params: Path,
     traces: Path,
 ) -> InstanceSpec:
-    env = serve_env(dep, inst, host, str(kv_params), str(traces))
+    port = kv_params_port(inst)
+    env = serve_env(dep, inst, host, f"{host}:{port}" if port else "", str(traces))
     env[RUN_DIR_ENV] = run_dir  # marks every process pdbench starts for this run
     return InstanceSpec(
         name=inst.name,
@@ -278,12 +288,13 @@ def _instance_spec(
         command=serve_command(dep, inst, model_path, host, python),
         env=env,
         log_path=str(logs / f"{inst.name}.log"),
+        kv_params_port=port,
     )
 
 
 def router_settings(flow: FlowConfig, request_timeout_s: float, port: int) -> dict[str, Any]:
-    """The router's settings (``pdbench.router.RouterConfig`` fields other than the URLs,
-    the KV-params dir and the host), each taken from where the typed config defines it."""
+    """The router's settings (``pdbench.router.RouterConfig`` fields other than the URLs
+    and the host), each taken from where the typed config defines it."""
     return {
         "port": port,
         "cache_hit_threshold": flow.cache_hit_threshold,
@@ -301,7 +312,6 @@ def _router_spec(
     python: str,
     run_dir: str,
     logs: Path,
-    kv_params: Path,
 ) -> RouterSpec:
     """The router and its settings, each from the one place the typed config defines it."""
     port = dep.server.router_port
@@ -316,7 +326,8 @@ def _router_spec(
         "prefill_urls": urls("prefill"),
         "decode_urls": urls("decode"),
         "agg_urls": urls("mixed"),
-        "kv_params_dir": str(kv_params),
+        # decode_urls[i]'s KV-params service (the plugin in that server's engine core)
+        "kv_params_urls": [i.kv_params_url for i in instances if i.role == "decode"],
         "host": host,
         **router_settings(dep.flow, timeout_s, port),
     }
@@ -419,8 +430,8 @@ def describe_deployment(dep: DeploymentSpec) -> list[str]:
     the same way, which is how the e2e test compares the two)."""
     lines = [
         f"deployment {dep.deployment_id}: {dep.nodes} node(s)",
-        f"  dirs: logs {dep.logs_dir}, KV params {dep.kv_params_dir}, traces "
-        f"{dep.traces_dir}, rendezvous {dep.rendezvous_dir}/<job id>.<restart count>",
+        f"  dirs: logs {dep.logs_dir}, traces {dep.traces_dir}, rendezvous "
+        f"{dep.rendezvous_dir}/<job id>.<restart count>",
     ]
     lines.append("  " + describe_preflight(dep))
     for node in range(dep.nodes):

@@ -70,6 +70,7 @@ PLUGIN = {
     "connector.tracing",
     "connector.transfer_trace",
     "connector.core_binding",
+    "connector.kv_params_service",
 }
 CONNECTOR_SHARED = {"connector.layout", "connector.shared_files", "connector.process_env"}
 
