@@ -29,6 +29,7 @@ from pdbench.preflight_launch import run_preflight_alone
 from pdbench.report_table import print_run_table
 from pdbench.results import RunStore
 from pdbench.status import print_status
+from pdbench.sweep import Sweep
 from pdbench.validate import ConfigError, validate
 
 RUN_ALIASES = ("run.dir=", "run.name=")  # older spellings of dir= and name=
@@ -245,6 +246,12 @@ def _run(cfg: RunConfig) -> None:
     outcome = launch(cfg)
     if outcome.get("dry_run"):
         return
+    if "jobs" in outcome:  # launch.detach=true: submitted, not followed
+        print(
+            f"[pdbench] {outcome['submitted']} job(s) submitted; follow them with: "
+            f"python -m pdbench status dir={cfg.dir}"
+        )
+        return
     store = RunStore(cfg.dir)
     print_run_table(store.iter_points(), cfg.dir)
     failed_jobs = [r for r in outcome.get("results", []) if "error" in r]
@@ -273,8 +280,13 @@ COMMANDS: dict[Command, Callable[[RunConfig], None]] = {
 }
 
 
-def dispatch(cfg: RunConfig) -> None:
+def dispatch(cfg: RunConfig, sweep: Sweep | None = None) -> None:
+    """Run one typed job's command; in a sweep, a SLURM run is only submitted (the sweep
+    follows every job together at its end: ``pdbench.sweep``)."""
     cfg.dir = str(Path(cfg.dir).expanduser().resolve())  # jobs may start elsewhere
+    if sweep is not None and sweep.takes(cfg):
+        sweep.add(cfg, launch(cfg, follow_jobs=False))
+        return
     COMMANDS[cfg.command](cfg)
 
 
@@ -294,7 +306,7 @@ def _fail(err: BaseException, debug: bool) -> None:
     raise SystemExit(USAGE_EXIT)
 
 
-def _run_hydra(argv: list[str], debug: bool) -> None:
+def _run_hydra(argv: list[str], debug: bool, sweep: Sweep | None = None) -> None:
     import hydra  # lazy: hydra (~0.4 s) only when a job runs, not for --help
     from omegaconf import DictConfig, OmegaConf  # lazy: with hydra
 
@@ -304,7 +316,7 @@ def _run_hydra(argv: list[str], debug: bool) -> None:
     def entry(dcfg: DictConfig) -> None:
         cfg: RunConfig = OmegaConf.to_object(dcfg)  # typed once, here
         try:
-            dispatch(cfg)
+            dispatch(cfg, sweep)
         except ConfigError as err:
             _fail(err, debug)
 
@@ -333,8 +345,11 @@ def main(argv: list[str]) -> None:
     if inv.multirun and jobs and leaves_nothing(jobs):
         sweep_dir = tempfile.mkdtemp(prefix="pdbench-sweep-")  # Hydra's folders go here
         hydra_argv = [*hydra_argv, f"hydra.sweep.dir={sweep_dir}"]
+    sweep = Sweep() if inv.multirun else None
     try:
-        _run_hydra(hydra_argv, debug)
+        _run_hydra(hydra_argv, debug, sweep)
     finally:
         if sweep_dir:
             shutil.rmtree(sweep_dir, ignore_errors=True)
+    if sweep is not None and not sweep.finish():
+        raise SystemExit(1)

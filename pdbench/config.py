@@ -253,6 +253,9 @@ class LaunchConfig:
     # Each job's first step: one preflight per node before any server starts (DESIGN.md, "On
     # a real cluster"); a failed check fails the Deployment with one line. false: skip it.
     preflight: bool = True
+    # SLURM: submit and return without following the jobs; `python -m pdbench status
+    # dir=...` follows them (a -m sweep submits every job first, then follows them together).
+    detach: bool = False
 
 
 @dataclass

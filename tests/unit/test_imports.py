@@ -60,6 +60,7 @@ DRIVER = {
     "pdbench.overrides",
     "pdbench.conf_tree",
     "pdbench.preflight_launch",
+    "pdbench.sweep",
 }
 LAYERS = ("connector", "core", "runtime", "jobs", "driver", "analysis")
 
