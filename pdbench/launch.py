@@ -25,6 +25,7 @@ from pdbench.plan import Deployment, Plan, make_plan, to_jsonable
 from pdbench.progress import follow, follow_all
 from pdbench.results import PointStatus, RunStore
 from pdbench.validate import check
+from pdbench.vllm_install import servers_vllm
 
 
 def model_path_for(cfg: RunConfig, create: bool) -> str:
@@ -104,7 +105,8 @@ def launch(cfg: RunConfig, follow_jobs: bool = True) -> dict[str, Any]:
     store = RunStore(cfg.dir)
     pending = pending_deployments(plan, store)
     if cfg.launch.dry_run:
-        spec = build_launch(cfg, plan, model_path_for(cfg, create=False), pending)
+        model_path = model_path_for(cfg, create=False)
+        spec = build_launch(cfg, plan, model_path, pending, servers_vllm(cfg.cluster.python))
         print(describe(spec, plan))
         return {"dry_run": True, "deployments": len(plan.deployments)}
     model_path = model_path_for(cfg, create=True)
@@ -114,7 +116,7 @@ def launch(cfg: RunConfig, follow_jobs: bool = True) -> dict[str, Any]:
         return {"submitted": 0}
     if cfg.cluster.executor is ExecutorKind.slurm:
         check_slurm_reachable()
-    spec = build_launch(cfg, plan, model_path, pending)
+    spec = build_launch(cfg, plan, model_path, pending, servers_vllm(cfg.cluster.python))
     if cfg.cluster.executor is ExecutorKind.slurm and not (follow_jobs and not cfg.launch.detach):
         jobs = submit_slurm(cfg, plan, store, spec)
         return {"submitted": len(jobs), "jobs": jobs}

@@ -33,6 +33,7 @@ from pdbench.config import ExecutorKind, FlowConfig, RunConfig
 from pdbench.plan import SIDE_CHANNEL_STRIDE, Deployment, Instance, Plan, Point, to_jsonable
 from pdbench.sbatch import sbatch_script
 from pdbench.serve_command import serve_command, serve_env
+from pdbench.vllm_install import VllmInstall
 
 LOOPBACK = "127.0.0.1"
 
@@ -224,6 +225,7 @@ def deployment_spec(
     local: bool,
     gpu_memory_gib: float = 0.0,
     preflight: bool = True,
+    vllm: VllmInstall | None = None,
 ) -> DeploymentSpec:
     """The launch artifacts of one Deployment (pure)."""
     root = Path(run_dir)
@@ -234,7 +236,9 @@ def deployment_spec(
         return LOOPBACK if local else node_address_placeholder(node)
 
     instances = [
-        _instance_spec(dep, inst, host_of(inst.node), model_path, python, run_dir, logs, traces)
+        _instance_spec(
+            dep, inst, host_of(inst.node), model_path, python, run_dir, logs, traces, vllm
+        )
         for inst in dep.instances
     ]
     return DeploymentSpec(
@@ -271,6 +275,7 @@ def _instance_spec(
     run_dir: str,
     logs: Path,
     traces: Path,
+    vllm: VllmInstall | None = None,
 ) -> InstanceSpec:
     port = kv_params_port(inst)
     env = serve_env(dep, inst, host, f"{host}:{port}" if port else "", str(traces))
@@ -285,7 +290,7 @@ def _instance_spec(
         host=host,
         http_port=inst.http_port,
         side_channel_port=inst.side_channel_port,
-        command=serve_command(dep, inst, model_path, host, python),
+        command=serve_command(dep, inst, model_path, host, python, vllm),
         env=env,
         log_path=str(logs / f"{inst.name}.log"),
         kv_params_port=port,
@@ -349,10 +354,15 @@ def job_name(deployment_id: str) -> str:
 
 
 def build_launch(
-    cfg: RunConfig, plan: Plan, model_path: str, pending: list[str] | None = None
+    cfg: RunConfig,
+    plan: Plan,
+    model_path: str,
+    pending: list[str] | None = None,
+    vllm: VllmInstall | None = None,
 ) -> LaunchSpec:
     """The launch of ``plan``: a spec per Deployment, and submissions for those in
-    ``pending`` (Deployment ids with a Point not yet recorded ok; None: all)."""
+    ``pending`` (Deployment ids with a Point not yet recorded ok; None: all). ``vllm``: the
+    vLLM the servers run (``vllm_install.servers_vllm``; None: start them as a module)."""
     local = cfg.cluster.executor is not ExecutorKind.slurm
     python = cfg.cluster.python or sys.executable
     folder = str(Path(cfg.dir) / "submitit")
@@ -367,6 +377,7 @@ def build_launch(
             local,
             gpu_memory_gib,
             cfg.launch.preflight,
+            vllm,
         )
         for d in plan.deployments
     ]

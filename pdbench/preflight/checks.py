@@ -18,7 +18,7 @@ from pdbench.ucx_transports import UcxResource, connectable_am, expand, matching
 
 @dataclass
 class CheckResult:
-    check: str  # imports | gpus | nvlink | ucx | model | address | run_dir | reach
+    check: str  # imports | server | gpus | nvlink | ucx | model | address | run_dir | reach
     ok: bool
     found: str
     fix: str = ""
@@ -82,6 +82,21 @@ def plan_devices(expect: NodeExpectation, visible_devices: str | None) -> list[s
     if not visible:
         return [str(g) for g in expect.gpus]
     return [visible[g] for g in expect.gpus if g < len(visible)]
+
+
+def check_server(cli: str, found: str | None) -> CheckResult:
+    """The ``vllm`` CLI the servers start with (``vllm serve``) is there: ``found`` is where
+    the node's PATH finds it (None: nowhere). ``cli`` "": servers run vLLM's module."""
+    if not cli:
+        return skipped("server", "servers start as python -m vllm.entrypoints.openai.api_server")
+    if not found:
+        return failed(
+            "server",
+            f"no {cli} here, though the servers start with `{cli} serve`",
+            "make install-gpu in the venv cluster.setup activates (its vllm CLI), or "
+            "cluster.python=<that venv's python>",
+        )
+    return passed("server", f"`{cli} serve` runs {found}")
 
 
 def check_gpus(

@@ -8,6 +8,7 @@ with more than one node and a rendezvous directory, the cross-node ones (``rende
 from __future__ import annotations
 
 import json
+import shutil
 import socket
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -24,6 +25,7 @@ from pdbench.preflight.checks import (
     check_imports,
     check_model,
     check_nvlink,
+    check_server,
     check_ucx,
     failed,
     passed,
@@ -122,6 +124,11 @@ def run_preflight(
         system_ucx_job = pool.submit(probes.system_ucx_facts)
     imports, extra = imports_job.result()
     report.results.append(check_imports(imports, python))
+    report.results.append(
+        check_server(spec.server_cli, shutil.which(spec.server_cli, path=env.get("PATH")))
+        if spec.server_cli
+        else check_server("", None)
+    )
     report.findings["python"] = extra.get("python", python)
     report.findings["packages"] = imports.versions
     report.findings.update({k: v for k, v in extra.items() if k != "python"})

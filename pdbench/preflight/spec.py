@@ -46,6 +46,7 @@ class PreflightSpec:
     imports: tuple[str, ...] = IMPORTS
     # Every task on one machine (local executor): servers bind loopback, on purpose.
     local: bool = False
+    server_cli: str = ""  # the ``vllm`` CLI servers start with (``vllm serve``); "": a module
 
     @property
     def num_nodes(self) -> int:
@@ -76,6 +77,7 @@ class PreflightSpec:
             "python": self.python,
             "imports": list(self.imports),
             "local": self.local,
+            "server_cli": self.server_cli,
         }
 
     @classmethod
@@ -94,6 +96,7 @@ class PreflightSpec:
             python=data.get("python", ""),
             imports=tuple(data.get("imports", IMPORTS)),
             local=bool(data.get("local", False)),
+            server_cli=data.get("server_cli", ""),
         )
 
 
@@ -142,6 +145,14 @@ def server_env(instances: list[InstanceSpec]) -> dict[str, str]:
     }
 
 
+def server_cli(instances: list[InstanceSpec]) -> str:
+    """The CLI the servers start with (``<cli> serve MODEL``), "" when they run a module."""
+    for inst in instances:
+        if len(inst.command) > 1 and inst.command[1] == "serve":
+            return inst.command[0]
+    return ""
+
+
 def spec_from_launch(dep: DeploymentSpec) -> PreflightSpec:
     """The preflight of one Deployment, from its launch spec."""
     intra_node_ipc = "cuda_ipc" in expand(dep.expected_ucx_transports)
@@ -160,6 +171,7 @@ def spec_from_launch(dep: DeploymentSpec) -> PreflightSpec:
         gpu_memory_gib=dep.gpu_memory_gib,
         python=dep.python,
         local=dep.local,
+        server_cli=server_cli(dep.instances),
     )
 
 

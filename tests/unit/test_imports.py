@@ -48,6 +48,7 @@ CORE = {
     "pdbench.model_memory",
     "pdbench.model_source",
     "pdbench.ucx_transports",
+    "pdbench.vllm_install",  # which vLLM the servers run, how they start (package metadata)
 }
 DRIVER = {
     "pdbench.__main__",

@@ -121,3 +121,20 @@ def test_plan_gpus_are_the_tasks_own_devices():
 def test_the_cli_knows_the_preflight_command():
     (job,) = precheck(parse_argv(["preflight", "+experiment=smoke"]))
     assert job.cfg.command is Command.preflight
+
+
+def test_the_vllm_cli_the_servers_start_with_is_checked_on_the_node():
+    from pdbench.preflight.checks import check_server
+    from pdbench.vllm_install import VllmInstall
+
+    cfg = gpu_run()
+    plan = make_plan(cfg)
+    cuda = VllmInstall("vllm", "0.32.1", "vllm")
+    dep = build_launch(cfg, plan, "/m", vllm=cuda).deployments[0]
+    assert spec_from_launch(dep).server_cli == "vllm"
+    assert spec_from_launch(build_launch(cfg, plan, "/m").deployments[0]).server_cli == ""
+    assert check_server("vllm", "/venv/bin/vllm").ok
+    assert check_server("", None).skipped
+    line = check_server("vllm", None).line("node0 (gpu-a01)")
+    assert line.startswith("preflight node0 (gpu-a01) server: found no vllm here")
+    assert "Fix: make install-gpu in the venv cluster.setup activates" in line
