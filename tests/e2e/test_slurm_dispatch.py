@@ -37,7 +37,7 @@ def test_cross_node_pd_on_two_slurm_nodes(local_slurm, tmp_path):  # noqa: F811
     assert manifest["jobs"] and manifest["jobs"][0]["job_id"].isdigit()  # a SLURM job id
     # The job's first step: the preflight on both nodes, findings in the provenance.
     nodes = manifest["provenance"]["nodes"]
-    assert sorted(n["node_name"] for n in nodes.values()) == ["node1", "node2"]
+    assert sorted(nodes) == ["node1", "node2"]
     for node in nodes.values():
         assert node["preflight_ok"] and node["packages"]["nixl"] and node["gpus"] == []
         assert node["address"]["address"].startswith("127.0.10.")

@@ -165,8 +165,9 @@ def test_node_findings_go_into_the_provenance():
     ]  # fmt: skip
     prov = with_nodes({"git_sha": "abc"}, reports)
     assert prov["git_sha"] == "abc"
-    assert prov["nodes"]["gpu-a01.cluster"]["driver"] == "550.54.15"
-    assert prov["nodes"]["gpu-a02.cluster"]["preflight_ok"] is False
+    assert prov["nodes"]["gpu-a01"]["driver"] == "550.54.15"
+    assert prov["nodes"]["gpu-a01"]["hostname"] == "gpu-a01.cluster"
+    assert prov["nodes"]["gpu-a02"]["preflight_ok"] is False
 
 
 def test_address_failures_carry_their_fix():

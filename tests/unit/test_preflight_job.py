@@ -22,8 +22,8 @@ from tests.unit.helpers import cpu_run, gpu_run
 pytestmark = pytest.mark.unit
 
 
-def report(rank: int, *results, host: str = "") -> dict:
-    node = NodeReport(rank, f"node{rank + 1}", host or f"h{rank}", list(results))
+def report(rank: int, *results, node: str = "") -> dict:
+    node = NodeReport(rank, node or f"node{rank + 1}", "vm", list(results))
     node.findings = {"driver": "550.54.15", "packages": {"vllm": "0.32.0"}}
     return node.to_dict()
 
@@ -62,9 +62,10 @@ def test_reports_round_trip():
 def test_findings_go_to_the_manifest_per_node_and_beside_the_records(tmp_path):
     store = RunStore(tmp_path)
     store.write_manifest({"name": "x", "provenance": {"git_sha": "abc"}})
-    record_findings(store, "dep-a", {0: report(0, host="gpu-a01")}, "")
-    record_findings(store, "dep-b", {0: report(0, host="gpu-a01")}, "")
-    record_findings(store, "dep-b", {1: report(1, MODEL_GONE, host="gpu-a02")}, "preflight ...")
+    # Two SLURM nodes on one host (the local test cluster): kept apart by node name.
+    record_findings(store, "dep-a", {0: report(0, node="gpu-a01")}, "")
+    record_findings(store, "dep-b", {0: report(0, node="gpu-a01")}, "")
+    record_findings(store, "dep-b", {1: report(1, MODEL_GONE, node="gpu-a02")}, "preflight ...")
     manifest = store.read_manifest()
     nodes = manifest["provenance"]["nodes"]
     assert manifest["provenance"]["git_sha"] == "abc" and manifest["name"] == "x"
