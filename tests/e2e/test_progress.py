@@ -24,8 +24,9 @@ def fails() -> None:
     raise RuntimeError("boom")
 
 
-def sleeps() -> None:
+def sleeps() -> str:
     time.sleep(120)
+    return "slept"
 
 
 def executor(tmp_path):
@@ -49,5 +50,6 @@ def test_a_failure_can_cancel_the_jobs_still_running(tmp_path, capsys):
     ex = executor(tmp_path)
     jobs = [ex.submit(fails), ex.submit(sleeps)]
     outcomes = follow_all(jobs, lambda: "", poll_s=0.1, on_finished=lambda i, o: "error" in o)
-    assert "error" in outcomes[0] and "error" in outcomes[1]
+    assert "error" in outcomes[0]
+    assert outcomes[1].get("result") != "slept"  # it did not run to its end
     assert f"cancelled job {jobs[1].job_id}" in capsys.readouterr().out
