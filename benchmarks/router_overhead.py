@@ -85,12 +85,12 @@ def source_command(port: int, ttft_ms: float, itl_ms: float) -> list[str]:
     ]
 
 
-def router_config(upstream: str, port: int, kv_dir: str) -> dict[str, Any]:
+def router_config(upstream: str, port: int) -> dict[str, Any]:
     return {
         "prefill_urls": [],
         "decode_urls": [upstream],
         "agg_urls": [upstream],
-        "kv_params_dir": kv_dir,
+        "kv_params_urls": [""],  # agg only: no KV params are asked for
         "host": "127.0.0.1",
         **router_settings(FlowConfig(), WorkloadConfig().request_timeout_s, port),
         "flow": "agg",
@@ -202,7 +202,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         work = Path(tmp)
         (work / "kv").mkdir()
         cfg = work / "router.json"
-        cfg.write_text(json.dumps(router_config(up_url, router_port, str(work / "kv"))))
+        cfg.write_text(json.dumps(router_config(up_url, router_port)))
         router_cmd = [sys.executable, "-m", "pdbench.router", "--config", str(cfg)]
         py = {"PYTHONPATH": str(Path(__file__).resolve().parents[1])}
         upstream = ServerProcess(

@@ -6,6 +6,6 @@ so the names live here, below both).
 """
 
 RUN_DIR_ENV = "PDBENCH_RUN_DIR"  # marks every process pdbench starts for a run
-KV_PARAMS_DIR_ENV = "PDBENCH_KV_PARAMS_DIR"  # where the plugin exports D's KV-transfer params
+KV_PARAMS_ADDR_ENV = "PDBENCH_KV_PARAMS_ADDR"  # host:port where D's plugin serves its KV params
 TRACE_DIR_ENV = "PDBENCH_TRACE_DIR"  # where the tracer writes one line per transfer
 ROLE_ENV = "PDBENCH_ROLE"  # prefill | decode: traces name the direction (P<-D, D<-P)

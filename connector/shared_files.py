@@ -1,9 +1,8 @@
 """Files that processes share through a directory: atomic writes and polling for them.
 
 A reader never sees a torn file: every write goes to a temporary file in the same directory
-and is renamed into place. Used by the results store, the jobs' rendezvous, the NIXL peers
-of the transfer bench and the vLLM plugin's KV-params export (stdlib only: the plugin runs
-inside vLLM, and connector imports no pdbench module).
+and is renamed into place. Used by the results store, the jobs' rendezvous and the NIXL peers
+of the transfer bench (stdlib only: connector imports no pdbench module).
 """
 
 from __future__ import annotations

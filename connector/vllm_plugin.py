@@ -1,53 +1,67 @@
-"""pdbench's vLLM KV-connector plugin: vLLM's NixlConnector plus a KV-params export.
+"""pdbench's vLLM KV-connector plugin: vLLM's NixlConnector plus a KV-params service.
 
 Loaded by vLLM through ``kv_transfer_config.kv_connector_module_path = connector.vllm_plugin``
 with ``kv_connector = NixlConnector`` (vLLM enables NIXL-specific behaviour by that name).
 
-Why the export: vLLM returns a finished request's ``kv_transfer_params`` (the blocks D keeps
+Why the service: vLLM returns a finished request's ``kv_transfer_params`` (the blocks D keeps
 for the next turn) only in non-streaming responses. The router streams D's tokens to the
-client, so the plugin writes those params, on the scheduler side, to
-``$PDBENCH_KV_PARAMS_DIR/<request_id>.json`` when the request finishes — before vLLM sends
-the last chunk — and the router reads them when the stream ends.
+client, so on the scheduler side (vLLM's engine-core process, where ``request_finished``
+runs when the request finishes, before vLLM sends the last chunk) the plugin keeps those
+params and serves them over HTTP on ``$PDBENCH_KV_PARAMS_ADDR`` (``host:port``, set by the
+launch spec on decode instances); the router asks for them when the stream ends
+(``connector.kv_params_service``).
 """
 
 from __future__ import annotations
 
-import json
+import logging
 import os
-from pathlib import Path
 from typing import Any
 
-from connector.process_env import KV_PARAMS_DIR_ENV
-from connector.shared_files import write_bytes_atomic
+from connector.kv_params_service import ParamsBoard, ParamsServer, parse_addr
+from connector.process_env import KV_PARAMS_ADDR_ENV
 
 # vLLM's NixlConnector with pdbench's per-transfer tracing (inactive unless a trace dir is set).
 from connector.tracing import NixlConnector as _VllmNixlConnector
 
+logger = logging.getLogger("vllm.pdbench.kv_params")  # vLLM configures the "vllm" tree
 
-def export_params(directory: str, request_id: str, params: dict[str, Any]) -> Path:
-    """Write one request's params atomically as ``<directory>/<request_id>.json``."""
-    path = Path(directory) / f"{request_id}.json"
-    # No fsync: this runs in vLLM's scheduler for every finished request, and the router
-    # reads the file within seconds (a crash loses the run's servers anyway).
-    write_bytes_atomic(path, json.dumps(params, default=list).encode(), fsync=False)
-    return path
+
+def start_params_service(addr: str) -> ParamsServer:
+    """The board and its HTTP server on ``addr``; a port already taken fails the server's
+    start with a line that names it (the router could not get D's params otherwise)."""
+    host, port = parse_addr(addr)
+    try:
+        server = ParamsServer(ParamsBoard(), host, port).start()
+    except OSError as err:
+        raise RuntimeError(
+            f"pdbench KV-params service cannot listen on {addr} ({err.strerror or err}): "
+            "another process holds the port (a server left from an earlier run?)"
+        ) from err
+    logger.info("pdbench: KV params served on http://%s:%d/kv_params/<request id>", host, port)
+    return server
 
 
 class NixlConnector(_VllmNixlConnector):
-    """vLLM's NixlConnector that also exports finished requests' KV-transfer params."""
+    """vLLM's NixlConnector that also serves finished requests' KV-transfer params."""
+
+    def __init__(self, vllm_config, role, kv_cache_config=None):
+        super().__init__(vllm_config, role, kv_cache_config)
+        self.params_service: ParamsServer | None = None
+        addr = os.environ.get(KV_PARAMS_ADDR_ENV, "")
+        if addr and self.connector_scheduler is not None:  # the scheduler side only
+            self.params_service = start_params_service(addr)
 
     def request_finished(self, request, block_ids):
         delay, params = super().request_finished(request, block_ids)
-        self._export(request, params)
+        self._keep(request, params)
         return delay, params
 
     def request_finished_all_groups(self, request, block_ids):
         delay, params = super().request_finished_all_groups(request, block_ids)
-        self._export(request, params)
+        self._keep(request, params)
         return delay, params
 
-    @staticmethod
-    def _export(request, params: dict[str, Any] | None) -> None:
-        directory = os.environ.get(KV_PARAMS_DIR_ENV)
-        if directory and params:
-            export_params(directory, str(request.request_id), params)
+    def _keep(self, request, params: dict[str, Any] | None) -> None:
+        if self.params_service is not None and params:
+            self.params_service.board.put(str(request.request_id), params)

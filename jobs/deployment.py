@@ -32,9 +32,23 @@ import submitit
 
 from connector.shared_files import poll_until
 from connector.ucx_proto import tcp_fallback, transports_in_log
+from jobs.preflight import (
+    PreflightFailed,
+    node_preflight,
+    read_reports,
+    record_findings,
+    reports_dir,
+)
 from pdbench import attribution, metrics
 from pdbench.config import Flow, TrackingConfig, WorkloadConfig
-from pdbench.launch_spec import LOOPBACK, DeploymentSpec, InstanceSpec, RouterSpec, resolve
+from pdbench.launch_spec import (
+    LOOPBACK,
+    DeploymentSpec,
+    InstanceSpec,
+    RouterSpec,
+    map_devices,
+    resolve,
+)
 from pdbench.plan import Deployment, Point
 from pdbench.results import (
     PointResult,
@@ -46,8 +60,10 @@ from pdbench.results import (
 )
 from pdbench.serve_command import served_model_name
 from pdbench.server import ServerProcess, ServerStartError, log_tail, wait_all_ready
+from pdbench.server_log import LogWindow, failed_loads, recomputed_loads
 from pdbench.slurm_env import TaskEnvironment
 from pdbench.tracking import make_tracker
+from pdbench.ucx_transports import expand, unexpected_path
 from pdbench.workload import LoadGenerator, RequestOptions, build_conversations, run_client
 
 RENDEZVOUS_TIMEOUT_S = 600.0  # how long task 0 waits for every node's servers
@@ -89,8 +105,8 @@ class DeploymentJob:
     def __call__(self) -> dict[str, Any]:
         rank, job_id = task_identity()
         host = node_address(self.spec)
-        spec = resolve(self.spec, {rank: host})
-        store = RunStore(spec.run_dir)
+        devices = os.environ.get("CUDA_VISIBLE_DEVICES")  # the GPUs SLURM gave this task
+        store = RunStore(self.spec.run_dir)
         # A requeued job keeps its id: the restart count keeps its rendezvous apart.
         attempt = os.environ.get("SLURM_RESTART_COUNT", "0")
         self._attempt = (job_id, int(attempt or 0))
@@ -100,7 +116,7 @@ class DeploymentJob:
                 "again, Points recorded ok are skipped",
                 flush=True,
             )
-        rdv = Path(spec.rendezvous_dir) / f"{job_id}.{attempt}"
+        rdv = Path(self.spec.rendezvous_dir) / f"{job_id}.{attempt}"
         rdv.mkdir(parents=True, exist_ok=True)
         self._leaving = ""
         previous = signal.signal(signal.SIGTERM, self._on_sigterm)
@@ -108,19 +124,36 @@ class DeploymentJob:
             with ExitStack() as stack:
                 try:
                     self._procs: list[tuple[InstanceSpec | None, ServerProcess]] = []
+                    if self.spec.preflight:
+                        self._preflight(store, rank, rdv)
+                    spec = map_devices(resolve(self.spec, {rank: host}), rank, devices)
                     urls = self._start_servers(stack, spec.on_node(rank), rank)
                     write_json_atomic(
                         rdv / f"node{rank}.json",
-                        {"host": host, "hostname": socket.gethostname(), "urls": urls},
+                        {
+                            "host": host,
+                            "hostname": socket.gethostname(),
+                            "urls": urls,
+                            "cuda_visible_devices": devices,
+                        },
                     )
                     if rank != 0:
                         self._wait_for_rank0(rdv)
                         return {"rank": rank, "host": host}
                     nodes = self._gather_nodes(rdv)
-                    # Every node's address is known now: the spec as it ran, for the records.
+                    # Every node's address and devices are known now: the spec as it ran.
                     ran = resolve(self.spec, nodes["addresses"])
+                    for node, visible in nodes["devices"].items():
+                        ran = map_devices(ran, node, visible)
                     write_json_atomic(store.launch_spec_path(ran.deployment_id), ran.to_dict())
                     return self._run_points(stack, store, ran, nodes["hosts"])
+                except PreflightFailed as exc:
+                    # Nothing was started: every pending Point carries the one line.
+                    write_json_atomic(rdv / f"node{rank}.failed.json", {"error": str(exc)})
+                    if rank == 0:
+                        self._fail_pending(store, str(exc))
+                    print(f"[pdbench] {exc}", flush=True)
+                    raise
                 except (ServerStartError, TimeoutError, NodeFailed) as exc:
                     # The deployment cannot run: every pending Point says why, in its record.
                     write_json_atomic(rdv / f"node{rank}.failed.json", {"error": str(exc)})
@@ -132,6 +165,19 @@ class DeploymentJob:
                         write_json_atomic(rdv / "done.json", {"at": time.time()})
         finally:
             signal.signal(signal.SIGTERM, previous)
+
+    def _preflight(self, store: RunStore, rank: int, rdv: Path) -> None:
+        """The job's first step on every node: check what the plan assumes before any
+        server starts (``jobs.preflight``). Task 0 keeps every node's findings."""
+        try:
+            reports = node_preflight(self.spec, rank, rdv)
+        except PreflightFailed as exc:
+            if rank == 0:
+                found = read_reports(reports_dir(rdv), self.spec.nodes)
+                record_findings(store, self.spec.deployment_id, found, str(exc))
+            raise
+        if rank == 0:
+            record_findings(store, self.spec.deployment_id, reports, "")
 
     def _wait_for_rank0(self, rdv: Path) -> None:
         while not (rdv / "done.json").exists():
@@ -230,19 +276,21 @@ class DeploymentJob:
         files = poll_until(all_there, RENDEZVOUS_TIMEOUT_S, "every node's servers", max_pause_s=0.5)
         hosts: dict[str, str] = {}
         addresses: dict[int, str] = {}
+        devices: dict[int, str | None] = {}
         for node, f in enumerate(files):
             data = json.loads(f.read_text())
             addresses[node] = data["host"]
+            devices[node] = data.get("cuda_visible_devices")
             for name in data["urls"]:
                 hosts[name] = f"{data['hostname']} ({data['host']})"
-        return {"hosts": hosts, "addresses": addresses}
+        return {"hosts": hosts, "addresses": addresses, "devices": devices}
 
     # ---- points (task 0) ----
     def _run_points(self, stack, store: RunStore, ran: DeploymentSpec, hosts) -> dict[str, Any]:
 
         self._ran = ran
         urls = {inst.name: inst.url for inst in ran.instances}
-        router_url = self._start_router(stack, ran.router, ran.kv_params_dir)
+        router_url = self._start_router(stack, ran.router)
         tracker = make_tracker(self.tracking, store.root, store.root.name)
         if any(store.point_status(p.point_id) is not PointStatus.ok for p in self.points):
             self._warm_up(router_url, store)
@@ -283,8 +331,7 @@ class DeploymentJob:
             "skipped": skipped,
         }
 
-    def _start_router(self, stack, router_spec: RouterSpec, kv_params_dir: str) -> str:
-        Path(kv_params_dir).mkdir(parents=True, exist_ok=True)
+    def _start_router(self, stack, router_spec: RouterSpec) -> str:
         write_json_atomic(Path(router_spec.config_path), router_spec.config)
         router = ServerProcess(
             name="router",
@@ -351,6 +398,8 @@ class DeploymentJob:
             attempt=self._attempt[1],
         )
         records: list[RequestRecord] = []
+        # This Point's stretch of the P/D servers' logs (every Point of a Deployment shares them).
+        logs = LogWindow([i.log_path for i in self._ran.instances if i.role != "mixed"])
         try:
             records, per_turn, totals, duration, result.router = run_client(
                 self._drive(point, urls, router_url, label)
@@ -367,6 +416,8 @@ class DeploymentJob:
         except Exception as exc:  # the Point fails, the record says why
             result.error = f"{type(exc).__name__}: {exc}\n{traceback.format_exc(limit=5)}"
         self._check_transport(result)
+        self._check_kv_loads(result, "".join(logs.read().values()))
+        self._check_handoff(result)
         trace_dir = Path(self._ran.traces_dir)
         result.trace_files = sorted(
             str(p.relative_to(store.root)) for p in trace_dir.glob("*.jsonl")
@@ -385,9 +436,12 @@ class DeploymentJob:
         return result, records
 
     def _check_transport(self, result: PointResult) -> None:
-        """Record which UCX transports moved KV and flag a slow path or a slow link."""
+        """Record which UCX transports moved KV (per instance, so far in the Deployment: UCX
+        prints a path once per endpoint) and flag a TCP fallback, a path other than the one
+        the transport config expects, or a slow link."""
 
         transport = self.deployment.transport
+        expected = list(transport.expected_ucx_transports)
         for inst in self._ran.instances:
             if inst.role == "mixed":
                 continue
@@ -399,6 +453,14 @@ class DeploymentJob:
                     f"{inst.name}: KV reads went over {used['read']}: TCP, though UCX_TLS="
                     f"{tls or '(unset)'} does not name it; UCX found no faster path (check "
                     "UCX_TLS, GPUDirect RDMA, cuda_ipc)"
+                )
+            moved = sorted(set(used["read"]) | set(used["write"]))
+            if unexpected_path(moved, expected):
+                result.flags.append(
+                    f"{inst.name}: KV moved over {moved}, none of the transports "
+                    f"{transport.name} expects ({', '.join(sorted(expand(expected)))}; "
+                    "transport.expected_ucx_transports): its bandwidth is not that link's "
+                    "(check UCX_TLS, the NICs and GPUDirect RDMA, or the transport config)"
                 )
         stalled = self._expired_prefill_leases(result.point_id)
         if stalled:
@@ -426,6 +488,36 @@ class DeploymentJob:
             result.flags.append(
                 f"KV moved at {t.bytes / t.seconds / 1e9:.2f} GB/s, under 10% of the "
                 f"{expected:g} GB/s transport.expected_gb_s for {transport.name}"
+            )
+
+    def _check_kv_loads(self, result: PointResult, log_text: str) -> None:
+        """Flag the requests of this Point whose KV did not load (its stretch of the P/D
+        logs): recomputed (``kv_load_failure_policy=recompute``: always a flag, their TTFT
+        is a recompute, not a transfer) or failed."""
+        recomputed = recomputed_loads(log_text)
+        if recomputed:
+            result.flags.append(
+                f"{recomputed} request(s) recomputed KV that failed to load (vLLM: 'Recovered "
+                "from KV load failure', kv_load_failure_policy=recompute): their TTFT measures "
+                "a recompute, not a transfer"
+            )
+        failed = failed_loads(log_text)
+        if failed:
+            result.flags.append(
+                f"{failed} request(s) failed because their KV did not load (vLLM: 'Failing ... "
+                "due to KV load failure', kv_load_failure_policy=fail)"
+            )
+
+    def _check_handoff(self, result: PointResult) -> None:
+        """Flag pull / decode-first turns whose D params never reached the router (from
+        D's plugin, ``connector.kv_params_service``): their next turn recomputed the
+        history instead of pulling it."""
+        missing = int(result.router.get("missing_params", 0) or 0)
+        if missing:
+            result.flags.append(
+                f"{missing} turn(s) got no KV params from D after they finished (router "
+                "missing_params): the conversation's next turn recomputed its history instead "
+                "of pulling it (check D's log for the pdbench KV-params service)"
             )
 
     def _expired_prefill_leases(self, point_id: str) -> int:

@@ -26,9 +26,11 @@ from pdbench.config import Command, RunConfig, register_configs
 from pdbench.launch import launch, run_transfer_bench
 from pdbench.manifest import LaunchOrigin
 from pdbench.overrides import OverrideError, check_overrides, combinations, schema
+from pdbench.preflight_launch import run_preflight_alone
 from pdbench.report_table import print_run_table
 from pdbench.results import RunStore
 from pdbench.status import print_status
+from pdbench.sweep import Sweep
 from pdbench.validate import ConfigError, validate
 
 RUN_ALIASES = ("run.dir=", "run.name=")  # older spellings of dir= and name=
@@ -245,6 +247,12 @@ def _run(cfg: RunConfig, origin: LaunchOrigin) -> None:
     outcome = launch(cfg, origin)
     if outcome.get("dry_run"):
         return
+    if "jobs" in outcome:  # launch.detach=true: submitted, not followed
+        print(
+            f"[pdbench] {outcome['submitted']} job(s) submitted; follow them with: "
+            f"python -m pdbench status dir={cfg.dir}"
+        )
+        return
     store = RunStore(cfg.dir)
     print_run_table(store.iter_points(), cfg.dir)
     failed_jobs = [r for r in outcome.get("results", []) if "error" in r]
@@ -260,17 +268,31 @@ def _transfer_bench(cfg: RunConfig, origin: LaunchOrigin) -> None:
     run_transfer_bench(cfg)
 
 
+def _preflight(cfg: RunConfig, origin: LaunchOrigin) -> None:
+    if run_preflight_alone(cfg):
+        raise SystemExit(1)
+
+
 COMMANDS: dict[Command, Callable[[RunConfig, LaunchOrigin], None]] = {
     Command.run: _run,
     Command.status: _status,
     Command.transfer_bench: _transfer_bench,
+    Command.preflight: _preflight,
 }
 
 
-def dispatch(cfg: RunConfig, origin: LaunchOrigin | None = None) -> None:
-    """Run ``cfg.command``; ``origin``: the command line (every job of a sweep shares it)."""
+def dispatch(
+    cfg: RunConfig, origin: LaunchOrigin | None = None, sweep: Sweep | None = None
+) -> None:
+    """Run ``cfg.command``; ``origin``: the command line (every job of a sweep shares it). In
+    a sweep, a SLURM run is only submitted (the sweep follows every job together at its end:
+    ``pdbench.sweep``)."""
     cfg.dir = str(Path(cfg.dir).expanduser().resolve())  # jobs may start elsewhere
-    COMMANDS[cfg.command](cfg, origin or LaunchOrigin.of(sys.argv[1:]))
+    origin = origin or LaunchOrigin.of(sys.argv[1:])
+    if sweep is not None and sweep.takes(cfg):
+        sweep.add(cfg, launch(cfg, origin, follow_jobs=False))
+        return
+    COMMANDS[cfg.command](cfg, origin)
 
 
 DEBUG_FLAG = "--debug"
@@ -289,7 +311,9 @@ def _fail(err: BaseException, debug: bool) -> None:
     raise SystemExit(USAGE_EXIT)
 
 
-def _run_hydra(argv: list[str], debug: bool, origin: LaunchOrigin) -> None:
+def _run_hydra(
+    argv: list[str], debug: bool, origin: LaunchOrigin, sweep: Sweep | None = None
+) -> None:
     import hydra  # lazy: hydra (~0.4 s) only when a job runs, not for --help
     from omegaconf import DictConfig, OmegaConf  # lazy: with hydra
 
@@ -299,7 +323,7 @@ def _run_hydra(argv: list[str], debug: bool, origin: LaunchOrigin) -> None:
     def entry(dcfg: DictConfig) -> None:
         cfg: RunConfig = OmegaConf.to_object(dcfg)  # typed once, here
         try:
-            dispatch(cfg, origin)
+            dispatch(cfg, origin, sweep)
         except ConfigError as err:
             _fail(err, debug)
 
@@ -329,8 +353,11 @@ def main(argv: list[str]) -> None:
     if inv.multirun and jobs and leaves_nothing(jobs):
         sweep_dir = tempfile.mkdtemp(prefix="pdbench-sweep-")  # Hydra's folders go here
         hydra_argv = [*hydra_argv, f"hydra.sweep.dir={sweep_dir}"]
+    sweep = Sweep() if inv.multirun else None
     try:
-        _run_hydra(hydra_argv, debug, origin)
+        _run_hydra(hydra_argv, debug, origin, sweep)
     finally:
         if sweep_dir:
             shutil.rmtree(sweep_dir, ignore_errors=True)
+    if sweep is not None and not sweep.finish():
+        raise SystemExit(1)

@@ -51,14 +51,14 @@ class WorkloadKind(Enum):
 class Command(Enum):
     """What ``python -m pdbench`` does (``python -m pdbench VERB`` or ``command=VERB``).
 
-    A new verb is a member here plus its handler in ``pdbench.cli.COMMANDS`` (the node
-    preflight of DESIGN.md, "On a real cluster", joins this way as ``preflight``). The verb
+    A new verb is a member here plus its handler in ``pdbench.cli.COMMANDS``. The verb
     ``check`` is no command: it validates whatever command the line names, then stops.
     """
 
     run = "run"  # plan, launch and follow the benchmark (the default)
     status = "status"  # jobs, their states and the Points of a run dir
     transfer_bench = "transfer_bench"  # KV-shaped NIXL transfer bench (no vLLM)
+    preflight = "preflight"  # the node checks every job runs first, alone (starts no server)
 
 
 class TrackingBackend(Enum):
@@ -257,6 +257,12 @@ class LaunchConfig:
     # A launch into a dir whose launches measured something else (pdbench/identity.py: not
     # timeouts, ports or paths) is refused; true adds its Deployments and Points anyway.
     allow_mixed: bool = False
+    # Each job's first step: one preflight per node before any server starts (DESIGN.md, "On
+    # a real cluster"); a failed check fails the Deployment with one line. false: skip it.
+    preflight: bool = True
+    # SLURM: submit and return without following the jobs; `python -m pdbench status
+    # dir=...` follows them (a -m sweep submits every job first, then follows them together).
+    detach: bool = False
 
 
 @dataclass

@@ -80,7 +80,9 @@ def _succeeds(command: list[str]) -> bool:
 class SlurmJob(submitit_slurm.SlurmJob):
     """A submitit SLURM job whose state queries work without accounting."""
 
-    watcher = SlurmStateWatcher(delay_s=600)
+    # One watcher for every job: a poll asks SLURM about all of them at once. submitit's
+    # default minute, not ten: a job that died without a result is seen within a minute.
+    watcher = SlurmStateWatcher(delay_s=60)
 
 
 class SlurmExecutor(submitit_slurm.SlurmExecutor):

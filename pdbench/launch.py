@@ -24,9 +24,10 @@ from pdbench.executors import make_executor
 from pdbench.launch_spec import LaunchSpec, build_launch, describe
 from pdbench.manifest import LaunchOrigin, mixed_launch_problem, with_launch
 from pdbench.plan import Deployment, Plan, make_plan, to_jsonable
-from pdbench.progress import follow
+from pdbench.progress import follow, follow_all
 from pdbench.results import PointStatus, RunStore
 from pdbench.validate import check
+from pdbench.vllm_install import servers_vllm
 
 
 def model_path_for(cfg: RunConfig, create: bool) -> str:
@@ -98,19 +99,28 @@ def write_manifest(
     model_path: str,
     origin: LaunchOrigin | None = None,
 ) -> None:
-    """Append this launch to the dir's manifest (its history) and merge its Deployments."""
-    previous = read_previous_manifest(store)
-    manifest = with_launch(
-        previous,
-        to_jsonable(cfg),
-        model_path,
-        provenance.collect(),
-        origin or LaunchOrigin.of([]),
-        time.time(),
-    )
-    manifest["deployments"] = merge_deployments(previous.get("deployments", []), plan)
-    manifest["jobs"] = previous.get("jobs", [])
-    store.write_manifest(manifest)
+    """Append this launch to the dir's manifest (its history) and merge its Deployments,
+    under the manifest's lock (jobs add their nodes' preflight findings to it)."""
+    driver = provenance.collect()
+
+    def update(previous: dict[str, Any]) -> None:
+        manifest = with_launch(
+            previous,
+            to_jsonable(cfg),
+            model_path,
+            driver,
+            origin or LaunchOrigin.of([]),
+            time.time(),
+        )
+        # the nodes' preflight findings (jobs of this run dir so far) stay
+        nodes = previous.get("provenance", {}).get("nodes", {})
+        manifest["provenance"] = {**manifest["provenance"], "nodes": nodes}
+        manifest["deployments"] = merge_deployments(previous.get("deployments", []), plan)
+        manifest["jobs"] = previous.get("jobs", [])
+        previous.clear()
+        previous.update(manifest)
+
+    store.update_manifest(update)
 
 
 def merge_deployments(previous: list[dict[str, Any]], plan: Plan) -> list[dict[str, Any]]:
@@ -130,25 +140,26 @@ def merge_deployments(previous: list[dict[str, Any]], plan: Plan) -> list[dict[s
 
 
 def record_job(store: RunStore, deployment_id: str, job, executor: str) -> None:
-    manifest = store.read_manifest()
-    manifest.setdefault("jobs", []).append(
-        {
-            "deployment_id": deployment_id,
-            "job_id": str(job.job_id),
-            "executor": executor,  # local: the job id is the job's process id
-            "submitted_at": time.time(),
-            "stdout": str(job.paths.stdout),
-            "stderr": str(job.paths.stderr),
-        }
-    )
-    store.write_manifest(manifest)
+    entry = {
+        "deployment_id": deployment_id,
+        "job_id": str(job.job_id),
+        "executor": executor,  # local: the job id is the job's process id
+        "submitted_at": time.time(),
+        "stdout": str(job.paths.stdout),
+        "stderr": str(job.paths.stderr),
+    }
+    store.update_manifest(lambda manifest: manifest.setdefault("jobs", []).append(entry))
 
 
-def launch(cfg: RunConfig, origin: LaunchOrigin | None = None) -> dict[str, Any]:
+def launch(
+    cfg: RunConfig, origin: LaunchOrigin | None = None, follow_jobs: bool = True
+) -> dict[str, Any]:
     """Validate, plan, and either print the launch (dry run) or run it to completion.
 
     ``origin``: the command line and invocation (``pdbench.cli`` passes it; the jobs of one
-    ``-m`` sweep share it); a new one by default."""
+    ``-m`` sweep share it); a new one by default. On SLURM, ``follow_jobs=False`` (a sweep;
+    ``launch.detach=true``) returns once the jobs are submitted:
+    ``{"submitted": n, "jobs": [(deployment id, job), ...]}``."""
     check(cfg)
     origin = origin or LaunchOrigin.of([])
     plan = make_plan(cfg)
@@ -156,7 +167,8 @@ def launch(cfg: RunConfig, origin: LaunchOrigin | None = None) -> dict[str, Any]
     check_same_experiment(cfg, store, origin)
     pending = pending_deployments(plan, store)
     if cfg.launch.dry_run:
-        spec = build_launch(cfg, plan, model_path_for(cfg, create=False), pending)
+        model_path = model_path_for(cfg, create=False)
+        spec = build_launch(cfg, plan, model_path, pending, servers_vllm(cfg.cluster.python))
         print(describe(spec, plan))
         print("\n".join(resume_lines(plan, store, verbose=True)))
         return {"dry_run": True, "deployments": len(plan.deployments)}
@@ -169,24 +181,56 @@ def launch(cfg: RunConfig, origin: LaunchOrigin | None = None) -> dict[str, Any]
         return {"submitted": 0}
     if cfg.cluster.executor is ExecutorKind.slurm:
         check_slurm_reachable()
-    return submit_and_follow(cfg, plan, store, build_launch(cfg, plan, model_path, pending))
+    spec = build_launch(cfg, plan, model_path, pending, servers_vllm(cfg.cluster.python))
+    if cfg.cluster.executor is ExecutorKind.slurm and not (follow_jobs and not cfg.launch.detach):
+        jobs = submit_slurm(cfg, plan, store, spec)
+        return {"submitted": len(jobs), "jobs": jobs}
+    return submit_and_follow(cfg, plan, store, spec)
+
+
+def deployment_job(cfg: RunConfig, plan: Plan, spec: LaunchSpec, dep_id: str) -> DeploymentJob:
+    """The submitit callable of one Deployment: its Points and its launch spec."""
+    return DeploymentJob(
+        deployment=next(d for d in plan.deployments if d.deployment_id == dep_id),
+        points=plan.points[dep_id],
+        spec=spec.deployment(dep_id),
+        tracking=cfg.tracking,
+        run_config=to_jsonable(cfg),
+    )
+
+
+def submit_slurm(cfg: RunConfig, plan: Plan, store: RunStore, spec: LaunchSpec) -> list:
+    """Submit ``spec``'s one SLURM submission (an array for several Deployments); returns
+    ``[(deployment id, job), ...]`` without waiting for any."""
+    (sub,) = spec.submissions
+    executor = make_executor(cfg.cluster, Path(spec.submitit_folder), sub.nodes, sub.job_name)
+    with executor.batch():
+        jobs = [executor.submit(deployment_job(cfg, plan, spec, d)) for d in sub.deployment_ids]
+    check_submitted_sbatch(jobs[0], sub.sbatch)
+    for dep_id, job in zip(sub.deployment_ids, jobs, strict=True):
+        record_job(store, dep_id, job, cfg.cluster.executor.value)
+        print(f"[pdbench] submitted {dep_id} as job {job.job_id}", flush=True)
+    return list(zip(sub.deployment_ids, jobs, strict=True))
+
+
+def follow_submitted(
+    cfg: RunConfig, plan: Plan, store: RunStore, submitted: list
+) -> list[dict[str, Any]]:
+    """Follow submitted jobs together to their end; with ``launch.on_failure=stop`` the
+    first failed Deployment cancels the jobs still running."""
+
+    deployments = {d.deployment_id: d for d in plan.deployments}
+
+    def on_finished(i: int, outcome: dict[str, Any]) -> bool:
+        return stop_after(cfg, plan, store, deployments[submitted[i][0]], outcome)
+
+    jobs = [job for _, job in submitted]
+    return follow_all(jobs, points_recorded(plan, store), on_finished=on_finished)
 
 
 def submit_and_follow(cfg: RunConfig, plan: Plan, store: RunStore, spec: LaunchSpec):
     """Submit ``spec``'s submissions and follow their jobs to the end."""
     deployments = {d.deployment_id: d for d in plan.deployments}
-    run_config = to_jsonable(cfg)
-
-    def job_of(deployment_id: str) -> DeploymentJob:
-        dep = deployments[deployment_id]
-        return DeploymentJob(
-            deployment=dep,
-            points=plan.points[deployment_id],
-            spec=spec.deployment(deployment_id),
-            tracking=cfg.tracking,
-            run_config=run_config,
-        )
-
     folder = Path(spec.submitit_folder)
     executor_name = cfg.cluster.executor.value
     if cfg.cluster.executor is not ExecutorKind.slurm:
@@ -195,7 +239,7 @@ def submit_and_follow(cfg: RunConfig, plan: Plan, store: RunStore, spec: LaunchS
         for i, sub in enumerate(spec.submissions):
             (dep_id,) = sub.deployment_ids
             executor = make_executor(cfg.cluster, folder, sub.nodes, sub.job_name)
-            job = executor.submit(job_of(dep_id))
+            job = executor.submit(deployment_job(cfg, plan, spec, dep_id))
             record_job(store, dep_id, job, executor_name)
             print(f"[pdbench] submitted {dep_id} as job {job.job_id}", flush=True)
             results.append(follow(job, points_recorded(plan, store)))
@@ -205,24 +249,9 @@ def submit_and_follow(cfg: RunConfig, plan: Plan, store: RunStore, spec: LaunchS
                     print(f"[pdbench] launch.on_failure=stop: not starting {not_started}")
                 break
         return {"submitted": len(results), "results": results}
-    (sub,) = spec.submissions
-    executor = make_executor(cfg.cluster, folder, sub.nodes, sub.job_name)
-    with executor.batch():
-        jobs = [executor.submit(job_of(dep_id)) for dep_id in sub.deployment_ids]
-    check_submitted_sbatch(jobs[0], sub.sbatch)
-    for dep_id, job in zip(sub.deployment_ids, jobs, strict=True):
-        record_job(store, dep_id, job, executor_name)
-        print(f"[pdbench] submitted {dep_id} as job {job.job_id}", flush=True)
-    results = []
-    for i, (dep_id, job) in enumerate(zip(sub.deployment_ids, jobs, strict=True)):
-        results.append(follow(job, points_recorded(plan, store)))
-        if stop_after(cfg, plan, store, deployments[dep_id], results[-1]):
-            for other in jobs[i + 1 :]:
-                if not other.done():
-                    other.cancel(check=False)
-                    print(f"[pdbench] launch.on_failure=stop: cancelled job {other.job_id}")
-            break
-    return {"submitted": len(sub.deployment_ids), "results": results}
+    submitted = submit_slurm(cfg, plan, store, spec)
+    results = follow_submitted(cfg, plan, store, submitted)
+    return {"submitted": len(submitted), "results": results}
 
 
 def check_submitted_sbatch(job, planned: str) -> None:

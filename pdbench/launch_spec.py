@@ -1,9 +1,10 @@
 """The launch spec: everything a run will execute, built once by pure code from the plan.
 
 Per instance: command line, environment, GPUs and cores, ports, node, address, log file.
-Per Deployment: its run-dir paths (logs, KV-params export, traces, rendezvous) and the
-router (command, environment, config file). Per run: the submissions, each with the sbatch
-file exactly as SLURM receives it (one array when SLURM gets several Deployments).
+Per Deployment: its run-dir paths (logs, traces, rendezvous), the router (command,
+environment, config file) and what the preflight checks. Per run: the submissions, each
+with the sbatch file exactly as SLURM receives it (one array when SLURM gets several
+Deployments).
 
 This module is the ONLY builder of these: the dry run prints a ``LaunchSpec``, the job runs
 the ``DeploymentSpec`` it is given and writes it, resolved, to ``<run>/launch/<id>.json``,
@@ -12,8 +13,10 @@ and the preflight reads the same objects. What the dry run prints is what runs.
 Addresses: with the local and debug executors every task runs on this machine, so servers
 bind to ``127.0.0.1`` from the start. On SLURM a node's address is known only on the node:
 the spec holds ``node_address_placeholder(n)`` (``<nodeN>``) wherever node ``n``'s address
-goes, and the job replaces it with ``resolve`` once the node's address is known. Nothing
-else in a spec changes between the dry run and the job.
+goes, and the job replaces it with ``resolve`` once the node's address is known. GPUs:
+a plan's GPU index ``i`` is the ``i``-th device of the task's own ``CUDA_VISIBLE_DEVICES``
+(the GPUs SLURM gave the job; ``map_devices`` in the job). Nothing else in a spec changes
+between the dry run and the job.
 """
 
 from __future__ import annotations
@@ -27,9 +30,10 @@ from typing import Any
 
 from connector.process_env import RUN_DIR_ENV
 from pdbench.config import ExecutorKind, FlowConfig, RunConfig
-from pdbench.plan import Deployment, Instance, Plan, Point, to_jsonable
+from pdbench.plan import SIDE_CHANNEL_STRIDE, Deployment, Instance, Plan, Point, to_jsonable
 from pdbench.sbatch import sbatch_script
 from pdbench.serve_command import serve_command, serve_env
+from pdbench.vllm_install import VllmInstall
 
 LOOPBACK = "127.0.0.1"
 
@@ -55,6 +59,11 @@ class InstanceSpec:
     command: list[str]
     env: dict[str, str]  # added to the job's own environment
     log_path: str
+    kv_params_port: int = 0  # decode: where its plugin serves KV-transfer params; 0: none
+
+    @property
+    def kv_params_url(self) -> str:
+        return f"http://{self.host}:{self.kv_params_port}" if self.kv_params_port else ""
 
     @property
     def url(self) -> str:
@@ -96,11 +105,17 @@ class DeploymentSpec:
     local: bool  # every task on this machine: addresses are loopback, known now
     run_dir: str
     logs_dir: str
-    kv_params_dir: str  # D's KV-transfer params, exported by the connector plugin
     traces_dir: str  # per-transfer traces (connector.trace=true)
     rendezvous_dir: str  # the job adds <job id>.<restart count>/ below it
     instances: list[InstanceSpec]
     router: RouterSpec
+    # What the preflight checks on every node before any server starts (jobs/preflight.py,
+    # pdbench.preflight.spec_from_launch) beyond the instances themselves:
+    model_path: str = ""  # the servers' model (a directory or a hub id)
+    python: str = ""  # the interpreter the servers and the job run with
+    expected_ucx_transports: list[str] = field(default_factory=list)  # transport config's
+    gpu_memory_gib: float = 0.0  # cluster.gpu_memory_gib on GPU clusters; 0: not compared
+    preflight: bool = True  # launch.preflight: run it as the job's first step
 
     def on_node(self, node: int) -> list[InstanceSpec]:
         return [i for i in self.instances if i.node == node]
@@ -158,6 +173,37 @@ def resolve(spec: DeploymentSpec, addresses: dict[int, str]) -> DeploymentSpec:
     return DeploymentSpec.from_dict(_substitute(spec.to_dict(), mapping))
 
 
+def task_devices(task_visible: str | None) -> list[str]:
+    """The devices a task may use (its ``CUDA_VISIBLE_DEVICES``, set by SLURM for the job's
+    GPUs); [] when unset: every GPU of the node."""
+    return [v.strip() for v in (task_visible or "").split(",") if v.strip()]
+
+
+def visible_devices(plan_gpus: list[int], task_visible: str | None) -> str:
+    """The ``CUDA_VISIBLE_DEVICES`` of an instance on plan GPUs ``plan_gpus``: plan index ``i``
+    is the task's ``i``-th device, so that on a node shared with other jobs an instance never
+    lands on their GPUs; without a task list, the plan indices themselves."""
+    devices = task_devices(task_visible)
+    if not devices:
+        return ",".join(str(g) for g in plan_gpus)
+    if plan_gpus and max(plan_gpus) >= len(devices):
+        raise ValueError(
+            f"the plan uses GPUs {plan_gpus} but this task sees CUDA_VISIBLE_DEVICES="
+            f"{task_visible} ({len(devices)}): request more GPUs (cluster.gpus_per_node)"
+        )
+    return ",".join(devices[g] for g in plan_gpus)
+
+
+def map_devices(spec: DeploymentSpec, node: int, task_visible: str | None) -> DeploymentSpec:
+    """``spec`` with node ``node``'s instances' ``CUDA_VISIBLE_DEVICES`` mapped through that
+    node's task's own list (``visible_devices``); the job does this on each node."""
+    data = spec.to_dict()
+    for inst in data["instances"]:
+        if inst["node"] == node and inst["gpus"]:
+            inst["env"]["CUDA_VISIBLE_DEVICES"] = visible_devices(inst["gpus"], task_visible)
+    return DeploymentSpec.from_dict(data)
+
+
 def _substitute(value: Any, mapping: dict[str, str]) -> Any:
     if isinstance(value, str):
         for placeholder, address in mapping.items():
@@ -171,12 +217,19 @@ def _substitute(value: Any, mapping: dict[str, str]) -> Any:
 
 
 def deployment_spec(
-    dep: Deployment, points: list[Point], run_dir: str, model_path: str, python: str, local: bool
+    dep: Deployment,
+    points: list[Point],
+    run_dir: str,
+    model_path: str,
+    python: str,
+    local: bool,
+    gpu_memory_gib: float = 0.0,
+    preflight: bool = True,
+    vllm: VllmInstall | None = None,
 ) -> DeploymentSpec:
     """The launch artifacts of one Deployment (pure)."""
     root = Path(run_dir)
     logs = root / "logs" / dep.deployment_id
-    kv_params = root / "kvparams" / dep.deployment_id
     traces = root / "traces" / dep.deployment_id
 
     def host_of(node: int) -> str:
@@ -184,7 +237,7 @@ def deployment_spec(
 
     instances = [
         _instance_spec(
-            dep, inst, host_of(inst.node), model_path, python, run_dir, logs, kv_params, traces
+            dep, inst, host_of(inst.node), model_path, python, run_dir, logs, traces, vllm
         )
         for inst in dep.instances
     ]
@@ -194,12 +247,23 @@ def deployment_spec(
         local=local,
         run_dir=run_dir,
         logs_dir=str(logs),
-        kv_params_dir=str(kv_params),
         traces_dir=str(traces),
         rendezvous_dir=str(root / "rendezvous" / dep.deployment_id),
         instances=instances,
-        router=_router_spec(dep, points, instances, host_of(0), python, run_dir, logs, kv_params),
+        router=_router_spec(dep, points, instances, host_of(0), python, run_dir, logs),
+        model_path=model_path,
+        python=python,
+        expected_ucx_transports=list(dep.transport.expected_ucx_transports),
+        gpu_memory_gib=gpu_memory_gib,
+        preflight=preflight,
     )
+
+
+def kv_params_port(inst: Instance) -> int:
+    """Where a decode instance's plugin serves its KV-transfer params to the router: the
+    last port of the instance's side-channel block (``plan.SIDE_CHANNEL_STRIDE`` ports from
+    ``side_channel_port``; NIXL listens on the first, plus the data-parallel rank)."""
+    return inst.side_channel_port + SIDE_CHANNEL_STRIDE - 1 if inst.role == "decode" else 0
 
 
 def _instance_spec(
@@ -210,10 +274,11 @@ def _instance_spec(
     python: str,
     run_dir: str,
     logs: Path,
-    kv_params: Path,
     traces: Path,
+    vllm: VllmInstall | None = None,
 ) -> InstanceSpec:
-    env = serve_env(dep, inst, host, str(kv_params), str(traces))
+    port = kv_params_port(inst)
+    env = serve_env(dep, inst, host, f"{host}:{port}" if port else "", str(traces))
     env[RUN_DIR_ENV] = run_dir  # marks every process pdbench starts for this run
     return InstanceSpec(
         name=inst.name,
@@ -225,15 +290,16 @@ def _instance_spec(
         host=host,
         http_port=inst.http_port,
         side_channel_port=inst.side_channel_port,
-        command=serve_command(dep, inst, model_path, host, python),
+        command=serve_command(dep, inst, model_path, host, python, vllm),
         env=env,
         log_path=str(logs / f"{inst.name}.log"),
+        kv_params_port=port,
     )
 
 
 def router_settings(flow: FlowConfig, request_timeout_s: float, port: int) -> dict[str, Any]:
-    """The router's settings (``pdbench.router.RouterConfig`` fields other than the URLs,
-    the KV-params dir and the host), each taken from where the typed config defines it."""
+    """The router's settings (``pdbench.router.RouterConfig`` fields other than the URLs
+    and the host), each taken from where the typed config defines it."""
     return {
         "port": port,
         "cache_hit_threshold": flow.cache_hit_threshold,
@@ -251,7 +317,6 @@ def _router_spec(
     python: str,
     run_dir: str,
     logs: Path,
-    kv_params: Path,
 ) -> RouterSpec:
     """The router and its settings, each from the one place the typed config defines it."""
     port = dep.server.router_port
@@ -266,7 +331,8 @@ def _router_spec(
         "prefill_urls": urls("prefill"),
         "decode_urls": urls("decode"),
         "agg_urls": urls("mixed"),
-        "kv_params_dir": str(kv_params),
+        # decode_urls[i]'s KV-params service (the plugin in that server's engine core)
+        "kv_params_urls": [i.kv_params_url for i in instances if i.role == "decode"],
         "host": host,
         **router_settings(dep.flow, timeout_s, port),
     }
@@ -288,15 +354,31 @@ def job_name(deployment_id: str) -> str:
 
 
 def build_launch(
-    cfg: RunConfig, plan: Plan, model_path: str, pending: list[str] | None = None
+    cfg: RunConfig,
+    plan: Plan,
+    model_path: str,
+    pending: list[str] | None = None,
+    vllm: VllmInstall | None = None,
 ) -> LaunchSpec:
     """The launch of ``plan``: a spec per Deployment, and submissions for those in
-    ``pending`` (Deployment ids with a Point not yet recorded ok; None: all)."""
+    ``pending`` (Deployment ids with a Point not yet recorded ok; None: all). ``vllm``: the
+    vLLM the servers run (``vllm_install.servers_vllm``; None: start them as a module)."""
     local = cfg.cluster.executor is not ExecutorKind.slurm
     python = cfg.cluster.python or sys.executable
     folder = str(Path(cfg.dir) / "submitit")
+    gpu_memory_gib = cfg.cluster.gpu_memory_gib if cfg.cluster.gpus_per_node > 0 else 0.0
     specs = [
-        deployment_spec(d, plan.points[d.deployment_id], cfg.dir, model_path, python, local)
+        deployment_spec(
+            d,
+            plan.points[d.deployment_id],
+            cfg.dir,
+            model_path,
+            python,
+            local,
+            gpu_memory_gib,
+            cfg.launch.preflight,
+            vllm,
+        )
         for d in plan.deployments
     ]
     todo = [d for d in plan.deployments if pending is None or d.deployment_id in pending]
@@ -359,9 +441,10 @@ def describe_deployment(dep: DeploymentSpec) -> list[str]:
     the same way, which is how the e2e test compares the two)."""
     lines = [
         f"deployment {dep.deployment_id}: {dep.nodes} node(s)",
-        f"  dirs: logs {dep.logs_dir}, KV params {dep.kv_params_dir}, traces "
-        f"{dep.traces_dir}, rendezvous {dep.rendezvous_dir}/<job id>.<restart count>",
+        f"  dirs: logs {dep.logs_dir}, traces {dep.traces_dir}, rendezvous "
+        f"{dep.rendezvous_dir}/<job id>.<restart count>",
     ]
+    lines.append("  " + describe_preflight(dep))
     for node in range(dep.nodes):
         lines.append(f"  node {node}:")
         for inst in dep.on_node(node):
@@ -374,6 +457,19 @@ def describe_deployment(dep: DeploymentSpec) -> list[str]:
             lines += _process_lines(router.env, router.command, router.log_path)
             lines.append(f"      config {json.dumps(router.config, sort_keys=True)}")
     return lines
+
+
+def describe_preflight(dep: DeploymentSpec) -> str:
+    """The preflight line of the dry run: what every node is checked for first."""
+    if not dep.preflight:
+        return "preflight: off (launch.preflight=false)"
+    expected = ",".join(dep.expected_ucx_transports) or "any"
+    memory = f"{dep.gpu_memory_gib:g} GiB" if dep.gpu_memory_gib else "not compared"
+    return (
+        f"preflight (every node, before any server): imports with {dep.python}, model "
+        f"{dep.model_path}, UCX transports expected: {expected}, GPU memory: {memory}, "
+        "node address, shared run dir"
+    )
 
 
 def _process_lines(env: dict[str, str], command: list[str], log_path: str) -> list[str]:

@@ -8,6 +8,7 @@ Layout of a run directory::
     <run.dir>/logs/<deployment_id>/...      server, router and job logs
     <run.dir>/launch/<deployment_id>.json   the launch spec the job ran (pdbench.launch_spec)
     <run.dir>/traces/<deployment_id>/*.jsonl  per-transfer traces (connector.trace=true)
+    <run.dir>/preflight/<deployment_id>.json  every node's preflight report (jobs/preflight.py)
 
 Every write goes to a temporary file in the same directory and is renamed into place, so
 a crash leaves the old file or the new one, never a torn one. Analysis reads only these.
@@ -15,7 +16,10 @@ a crash leaves the old file or the new one, never a torn one. Analysis reads onl
 
 from __future__ import annotations
 
+import fcntl
 import json
+from collections.abc import Callable
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from enum import StrEnum
 from pathlib import Path
@@ -195,6 +199,25 @@ class RunStore:
 
     def read_manifest(self) -> dict[str, Any]:
         return read_record(self.root / "manifest.json")
+
+    @contextmanager
+    def _manifest_lock(self):
+        self.root.mkdir(parents=True, exist_ok=True)
+        with open(self.root / ".manifest.lock", "a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(lock, fcntl.LOCK_UN)
+
+    def update_manifest(self, mutate: Callable[[dict[str, Any]], None]) -> None:
+        """Read, change and write the manifest under a lock: the driver (jobs it submitted)
+        and the jobs (their nodes' preflight findings) both add to it."""
+        with self._manifest_lock():
+            path = self.root / "manifest.json"
+            manifest = read_record(path) if path.exists() else {}
+            mutate(manifest)
+            self.write_manifest(manifest)
 
     def write_point(self, result: PointResult, requests: list[RequestRecord]) -> None:
         """Write the request records first, then the PointResult that points at them."""

@@ -13,8 +13,9 @@ does not share time with the load generator. Per conversation turn (header
   ``cache_hit_threshold``, D serves the turn alone; otherwise the fallback flow.
 
 A conversation sticks to one P and one D. The route taken is returned in the response
-header ``X-Pdbench-Path``. D's params come from the connector plugin's export directory
-(vLLM does not put them in streamed responses).
+header ``X-Pdbench-Path``. D's params come from the connector plugin in D's engine core over
+HTTP (``connector.kv_params_service``; vLLM does not put them in streamed responses); a
+conversation's next turn waits until the last one's params are in (or known missing).
 """
 
 from __future__ import annotations
@@ -53,7 +54,7 @@ class RouterConfig:
     prefill_urls: list[str]
     decode_urls: list[str]
     agg_urls: list[str]
-    kv_params_dir: str
+    kv_params_urls: list[str]  # decode_urls[i]'s KV-params service (the plugin in D)
     host: str
     port: int
     cache_hit_threshold: float
@@ -61,7 +62,7 @@ class RouterConfig:
     decoder_kv_blocks_ttl_s: float
     request_timeout_s: float
     flow: str = "agg"  # the flow served until the job sets one (POST /pdbench/flow)
-    params_wait_s: float = 2.0  # how long to wait for D's exported KV params after a turn
+    params_wait_s: float = 2.0  # how long D's plugin may take to have a turn's KV params
 
 
 @dataclass
@@ -72,13 +73,15 @@ class ConversationState:
     d_params_at: float = 0.0  # router monotonic time when D finished the last turn
     d_tokens: int = 0  # tokens whose KV D holds (last prompt + output - 1)
     turns: int = 0
+    # Set once the last turn's params are in (or known missing); the next turn waits for it.
+    settled: asyncio.Event | None = None
 
 
 @dataclass
 class RouterStats:
     paths: dict[str, int] = field(default_factory=dict)
     expired_leases: int = 0
-    missing_params: int = 0
+    missing_params: int = 0  # turns whose D params never came: the next turn recomputes
     failed: int = 0
     retries: int = 0
 
@@ -152,6 +155,8 @@ class Router:
         body = _loads(raw)
         conversation = request.headers.get(CONVERSATION_HEADER, uuid.uuid4().hex)
         state = self.conversations.setdefault(conversation, ConversationState())
+        if state.settled is not None:  # the last turn's params first (bounded: see _remember_d)
+            await state.settled.wait()
         prompt = body.get("prompt")
         prompt_tokens = len(prompt) if isinstance(prompt, list) else 0
         flow = self.config.flow
@@ -160,6 +165,23 @@ class Router:
         # Request ids name the Point (tag) and turn, so per-transfer traces map back to them.
         turn = request.headers.get(TURN_HEADER, "0")
         rid = f"pdb-{self.tag}-t{turn}-{uuid.uuid4().hex[:12]}"
+        # The next turn of this conversation waits until this one's D params are settled.
+        settled = None
+        if flow in ("pull", "decode_first") and path != "agg":
+            settled = state.settled = asyncio.Event()
+        try:
+            route = (path, p_params, d_alone)
+            return await self._route(request, state, conversation, route, body, raw, rid, settled)
+        finally:
+            if settled is not None:
+                settled.set()
+                if state.settled is settled:
+                    state.settled = None
+
+    async def _route(self, request, state, conversation, route, body, raw, rid, settled):
+        """Send one turn along ``route`` (path, P's params, D alone); remember D's params
+        when ``settled`` (a pull or decode-first turn)."""
+        path, p_params, d_alone = route
         c = self.config
         try:
             if path == "agg":
@@ -183,13 +205,13 @@ class Router:
                 status=502,
                 headers={PATH_HEADER: path},
             )
-        if flow in ("pull", "decode_first") and response.status == 200:
-            await self._remember_d(state, f"{rid}-d", prompt_tokens, body)
+        if settled is not None and response.status == 200:
+            await self._remember_d(state, d_url, f"{rid}-d")
         state.turns += 1
         return response
 
-    async def _remember_d(self, state: ConversationState, d_rid: str, prompt_tokens, body):
-        params = await self._read_exported(d_rid)
+    async def _remember_d(self, state: ConversationState, d_url: str, d_rid: str) -> None:
+        params = await self._fetch_params(d_url, d_rid)
         if params is None:
             self.stats.missing_params += 1
             state.d_params, state.d_tokens = None, 0
@@ -198,19 +220,22 @@ class Router:
         state.d_params_at = time.monotonic()
         state.d_tokens = int(params.get("remote_num_tokens") or 0)
 
-    async def _read_exported(self, d_rid: str) -> dict[str, Any] | None:
-        directory = Path(self.config.kv_params_dir)
-        deadline = time.monotonic() + self.config.params_wait_s
-        while True:
-            matches = list(directory.glob(f"*{d_rid}*.json"))
-            if matches:
-                data = json.loads(matches[0].read_text())
-                for m in matches:
-                    m.unlink(missing_ok=True)
-                return data
-            if time.monotonic() > deadline:
-                return None
-            await asyncio.sleep(0.01)
+    async def _fetch_params(self, d_url: str, d_rid: str) -> dict[str, Any] | None:
+        """D's params of request ``d_rid`` from its plugin (``connector.kv_params_service``),
+        or None when they do not come within ``params_wait_s``."""
+        c = self.config
+        url = c.kv_params_urls[c.decode_urls.index(d_url)]
+        wait_s = c.params_wait_s
+        timeout = aiohttp.ClientTimeout(total=wait_s + 5.0)
+        try:
+            async with self.session.get(
+                f"{url}/kv_params/{d_rid}", params={"wait_s": str(wait_s)}, timeout=timeout
+            ) as resp:
+                if resp.status != 200:
+                    return None
+                return _loads(await resp.read())
+        except (TimeoutError, aiohttp.ClientError):
+            return None
 
     async def _send(self, url: str, body: dict[str, Any], rid: str, raw: bytes | None = None):
         """POST to an instance (``raw``: the body's JSON bytes, sent as they are). A keep-alive

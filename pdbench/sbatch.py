@@ -16,6 +16,7 @@ from typing import Any
 
 from submitit.slurm.slurm import _make_sbatch_string
 
+from pdbench import containers
 from pdbench.config import ClusterConfig, ExecutorKind
 
 # SLURM sends submitit's USR2 this long before the time limit (sbatch --signal=USR2@N): the
@@ -60,10 +61,15 @@ def slurm_parameters(cluster: ClusterConfig, nodes: int, job_name: str) -> dict[
     if cluster.gpus_per_node:
         params["gpus_per_node"] = cluster.gpus_per_node
     cpus = cluster.cpus_per_task or cluster.cpus_per_node
+    srun: list[str] = []
     if cpus:
         params["cpus_per_task"] = cpus
         # srun 22.05-23.02 ignores the batch script's --cpus-per-task: repeat it for the step.
-        params["srun_args"] = [f"--cpus-per-task={cpus}"]
+        srun.append(f"--cpus-per-task={cpus}")
+    # pyxis container options (srun's, not sbatch's), then cluster.srun_args.
+    srun += containers.srun_args(cluster)
+    if srun:
+        params["srun_args"] = srun
     if cluster.mem_gb:
         params["mem"] = f"{cluster.mem_gb}GB"
     for key in ("partition", "account", "qos", "constraint"):

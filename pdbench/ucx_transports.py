@@ -169,6 +169,20 @@ def matching(resources: list[UcxResource], expected: list[str]) -> list[UcxResou
     return [r for r in resources if r.transport in wanted]
 
 
+def resources_of(names: list[str]) -> list[UcxResource]:
+    """``transport/device`` names as UCX's protocol tables print them (``rc_mlx5/mlx5_0:1``,
+    ``cma/memory``; ``connector.ucx_proto``) as resources."""
+    return [
+        UcxResource(*name.split("/", 1)) if "/" in name else UcxResource(name, "") for name in names
+    ]
+
+
+def unexpected_path(used: list[str], expected: list[str]) -> bool:
+    """KV moved (``used`` not empty), but over none of the ``expected`` transports (names or
+    aliases): a host-staged path, TCP, or a transport the config did not plan for."""
+    return bool(expected) and bool(used) and not matching(resources_of(used), expected)
+
+
 def connectable_am(resources: list[UcxResource]) -> list[UcxResource]:
     """Resources that carry AM with peer-failure handling (capabilities when the source
     lists them, else the transport's known kind)."""

@@ -99,6 +99,19 @@ def server_entrypoint(install: VllmInstall, python: str, model: str) -> ServerEn
     return ServerEntrypoint([python, "-m", SERVER_MODULE, "--model", model], why)
 
 
+def servers_vllm(python: str, driver: VllmInstall | None = None) -> VllmInstall:
+    """The vLLM the servers run with interpreter ``python`` (``cluster.python``; "": the
+    driver's): the driver's own install (``driver``, default ``installed_vllm()``: one venv
+    on a shared filesystem), with its CLI where the servers find it: beside an absolute
+    ``python``, or the ``vllm`` on the nodes' PATH for a bare ``python`` (a venv that
+    ``cluster.setup`` activates). The preflight checks on each node that it is there."""
+    mine = driver if driver is not None else installed_vllm(sys.executable)
+    if not python or python == sys.executable or not mine.cli:
+        return mine
+    cli = str(Path(python).parent / "vllm") if "/" in python else "vllm"
+    return VllmInstall(mine.distribution, mine.version, cli, mine.others)
+
+
 def main() -> int:
     install = installed_vllm()
     entry = server_entrypoint(install, sys.executable, "<model>")

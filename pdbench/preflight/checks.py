@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from pdbench.launch_spec import task_devices
 from pdbench.preflight.nvidia_smi import GpuInfo, Topology
 from pdbench.preflight.spec import NodeExpectation
 from pdbench.ucx_transports import UcxResource, connectable_am, expand, matching
@@ -17,7 +18,7 @@ from pdbench.ucx_transports import UcxResource, connectable_am, expand, matching
 
 @dataclass
 class CheckResult:
-    check: str  # imports | gpus | nvlink | ucx | model | address | run_dir | reach
+    check: str  # imports | server | gpus | nvlink | ucx | model | address | run_dir | reach
     ok: bool
     found: str
     fix: str = ""
@@ -74,13 +75,38 @@ def check_imports(facts: ImportFacts, python: str) -> CheckResult:
     return passed("imports", f"vllm {vllm}, nixl {facts.versions.get('nixl', '?')}")
 
 
+def plan_devices(expect: NodeExpectation, visible_devices: str | None) -> list[str]:
+    """The devices the node's instances get: plan index ``i`` is the task's ``i``-th visible
+    device (``launch_spec.visible_devices``), or GPU ``i`` when the task sees every GPU."""
+    visible = task_devices(visible_devices)
+    if not visible:
+        return [str(g) for g in expect.gpus]
+    return [visible[g] for g in expect.gpus if g < len(visible)]
+
+
+def check_server(cli: str, found: str | None) -> CheckResult:
+    """The ``vllm`` CLI the servers start with (``vllm serve``) is there: ``found`` is where
+    the node's PATH finds it (None: nowhere). ``cli`` "": servers run vLLM's module."""
+    if not cli:
+        return skipped("server", "servers start as python -m vllm.entrypoints.openai.api_server")
+    if not found:
+        return failed(
+            "server",
+            f"no {cli} here, though the servers start with `{cli} serve`",
+            "make install-gpu in the venv cluster.setup activates (its vllm CLI), or "
+            "cluster.python=<that venv's python>",
+        )
+    return passed("server", f"`{cli} serve` runs {found}")
+
+
 def check_gpus(
     expect: NodeExpectation,
     gpus: list[GpuInfo] | None,
     visible_devices: str | None,
     gpu_memory_gib: float,
 ) -> CheckResult:
-    """Enough GPUs for the plan, the memory the config assumes, and plan index i = GPU i."""
+    """Enough GPUs for the plan, the memory the config assumes; plan indices are mapped
+    through the task's ``CUDA_VISIBLE_DEVICES`` (the GPUs SLURM gave this job)."""
     if not expect.gpus:
         seen = f"{len(gpus)} GPU(s), unused" if gpus else "no GPUs"
         return skipped("gpus", f"{seen}: this node's instances run on CPU")
@@ -91,30 +117,31 @@ def check_gpus(
             f"no nvidia-smi, but the plan puts instances on GPUs {list(expect.gpus)}",
             "load the driver/CUDA module in cluster.setup, or request GPUs (cluster.gpus_per_node)",
         )
-    if visible_devices is not None and visible_devices.strip():
-        visible = [v.strip() for v in visible_devices.split(",") if v.strip()]
-        if len(visible) < need:
-            return failed(
-                "gpus",
-                f"CUDA_VISIBLE_DEVICES={visible_devices} ({len(visible)}) but the plan uses "
-                f"GPUs {list(expect.gpus)}",
-                f"request {need} GPUs per node (cluster.gpus_per_node) or a smaller topology",
-            )
-        if visible[:need] != [str(i) for i in range(need)] and len(gpus) > len(visible):
-            return failed(
-                "gpus",
-                f"SLURM gave this job GPUs {visible_devices} of {len(gpus)}, but instances "
-                f"set CUDA_VISIBLE_DEVICES to plan indices {list(expect.gpus)}: other jobs' GPUs",
-                "cluster.exclusive=true (whole nodes), or cluster.gpus_per_node = every GPU",
-            )
-    if len(gpus) < need:
+    visible = task_devices(visible_devices)
+    if visible and len(visible) < need:
+        return failed(
+            "gpus",
+            f"CUDA_VISIBLE_DEVICES={visible_devices} ({len(visible)}) but the plan uses "
+            f"GPUs {list(expect.gpus)}",
+            f"request {need} GPUs per node (cluster.gpus_per_node) or a smaller topology",
+        )
+    if not visible and len(gpus) < need:
         return failed(
             "gpus",
             f"{len(gpus)} GPU(s) ({', '.join(sorted({g.name for g in gpus})) or 'none'}) but "
             f"the plan uses GPUs {list(expect.gpus)}",
             f"cluster.gpus_per_node={len(gpus)} (what these nodes have), or a smaller topology",
         )
-    used = [g for g in gpus if g.index in expect.gpus]
+    devices = plan_devices(expect, visible_devices)
+    used = [g for g in gpus if str(g.index) in devices or g.uuid in devices]
+    if len(used) < len(devices):
+        known = ", ".join(str(g.index) for g in gpus) or "none"
+        return failed(
+            "gpus",
+            f"the plan's GPUs {list(expect.gpus)} are devices {','.join(devices)} of this "
+            f"task, but nvidia-smi lists GPU(s) {known}",
+            "check the GPUs SLURM gives the job (cluster.gpus_per_node, --gres) and the driver",
+        )
     small = [g for g in used if gpu_memory_gib > 0 and g.memory_gib < gpu_memory_gib - 0.5]
     if small:
         g = small[0]
@@ -125,7 +152,23 @@ def check_gpus(
             f"cluster.gpu_memory_gib={g.memory_gib}, then re-check the topology's TP",
         )
     names = sorted({g.name for g in used})
-    return passed("gpus", f"{len(gpus)} GPU(s), using {list(expect.gpus)}: {', '.join(names)}")
+    mapped = "" if not visible else f" (devices {','.join(devices)} of this task)"
+    return passed(
+        "gpus", f"{len(gpus)} GPU(s), using {list(expect.gpus)}{mapped}: {', '.join(names)}"
+    )
+
+
+def physical_pairs(
+    expect: NodeExpectation, visible_devices: str | None
+) -> tuple[tuple[int, int], ...]:
+    """``expect.nvlink_pairs`` in the indices ``nvidia-smi topo -m`` uses (plan indices mapped
+    through the task's devices; left as they are when those are not indices, e.g. UUIDs)."""
+    visible = task_devices(visible_devices)
+    if not visible or not all(v.isdigit() for v in visible):
+        return expect.nvlink_pairs
+    if any(max(pair) >= len(visible) for pair in expect.nvlink_pairs):
+        return expect.nvlink_pairs
+    return tuple((int(visible[d]), int(visible[p])) for d, p in expect.nvlink_pairs)
 
 
 def check_nvlink(expect: NodeExpectation, topo: Topology | None) -> CheckResult:

@@ -8,13 +8,15 @@ with more than one node and a rendezvous directory, the cross-node ones (``rende
 from __future__ import annotations
 
 import json
+import shutil
 import socket
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from pdbench.launch_spec import LOOPBACK
 from pdbench.preflight import probes, rendezvous
 from pdbench.preflight.checks import (
     CheckResult,
@@ -23,9 +25,11 @@ from pdbench.preflight.checks import (
     check_imports,
     check_model,
     check_nvlink,
+    check_server,
     check_ucx,
     failed,
     passed,
+    physical_pairs,
     skipped,
 )
 from pdbench.preflight.spec import PreflightSpec
@@ -62,6 +66,22 @@ class NodeReport:
             ("FAIL " if not r.ok else "skip " if r.skipped else "ok   ") + r.line(self.label)
             for r in self.results
         ]
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> NodeReport:
+        """A report read back from its JSON (``to_dict``)."""
+        results = [
+            CheckResult(r["check"], r["ok"], r["found"], r.get("fix", ""), r.get("skipped", False))
+            for r in data.get("results", [])
+        ]
+        return cls(
+            rank=int(data["rank"]),
+            node_name=data.get("node_name", ""),
+            hostname=data.get("hostname", ""),
+            results=results,
+            findings=dict(data.get("findings", {})),
+            seconds=float(data.get("seconds", 0.0)),
+        )
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -104,6 +124,11 @@ def run_preflight(
         system_ucx_job = pool.submit(probes.system_ucx_facts)
     imports, extra = imports_job.result()
     report.results.append(check_imports(imports, python))
+    report.results.append(
+        check_server(spec.server_cli, shutil.which(spec.server_cli, path=env.get("PATH")))
+        if spec.server_cli
+        else check_server("", None)
+    )
     report.findings["python"] = extra.get("python", python)
     report.findings["packages"] = imports.versions
     report.findings.update({k: v for k, v in extra.items() if k != "python"})
@@ -113,7 +138,9 @@ def run_preflight(
     report.results.append(
         check_gpus(expect, gpus, env.get("CUDA_VISIBLE_DEVICES"), spec.gpu_memory_gib)
     )
-    report.results.append(check_nvlink(expect, nvidia["topology"]))
+    visible = env.get("CUDA_VISIBLE_DEVICES")
+    pairs = physical_pairs(expect, visible)
+    report.results.append(check_nvlink(replace(expect, nvlink_pairs=pairs), nvidia["topology"]))
     topo = nvidia["topology"]
     report.findings["driver"] = nvidia["driver"]
     report.findings["cuda"] = nvidia["cuda"]
@@ -142,11 +169,14 @@ def run_preflight(
 
     report.results.append(check_model(spec.model_path, probes.inspect_model(spec.model_path, env)))
 
-    try:
-        choice = task.address_choice
-        address, how, error = choice.address, choice.how, ""
-    except (NodeAddressError, OSError) as err:
-        address, how, error = "", "", str(err)
+    if spec.local:
+        address, how, error = LOOPBACK, "every task on this machine: servers bind loopback", ""
+    else:
+        try:
+            choice = task.address_choice
+            address, how, error = choice.address, choice.how, ""
+        except (NodeAddressError, OSError) as err:
+            address, how, error = "", "", str(err)
     report.results.append(check_address(address, how, error))
     report.findings["address"] = {"address": address, "how": how}
 

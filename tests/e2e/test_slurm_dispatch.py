@@ -35,6 +35,13 @@ def test_cross_node_pd_on_two_slurm_nodes(local_slurm, tmp_path):  # noqa: F811
     assert turn2["bytes_pulled"] > 0
     manifest = json.loads((run_dir / "manifest.json").read_text())
     assert manifest["jobs"] and manifest["jobs"][0]["job_id"].isdigit()  # a SLURM job id
+    # The job's first step: the preflight on both nodes, findings in the provenance.
+    nodes = manifest["provenance"]["nodes"]
+    assert sorted(nodes) == ["node1", "node2"]
+    for node in nodes.values():
+        assert node["preflight_ok"] and node["packages"]["nixl"] and node["gpus"] == []
+        assert node["address"]["address"].startswith("127.0.10.")
+    assert "preflight node1 (node2) reach: found 1 other node(s) answer" in proc.stdout
     assert server_pids(run_dir) == []
 
 

@@ -87,6 +87,11 @@ def test_pull_moves_history_from_d_and_computes_less_than_recompute(smoke_run):
     for turn in recompute:
         assert recompute[turn]["tokens_pulled"] == 0
         assert recompute[turn]["prefill_tokens_computed"] == recompute[turn]["prompt_tokens_mean"]
+    # D's params of every turn reached the router from D's plugin (over HTTP), and the KV
+    # moved over a transport the dram config expects (shared memory / tcp): no flag.
+    assert points["pull"]["router"]["missing_params"] == 0
+    assert points["pull"]["flags"] == [], points["pull"]["flags"]
+    assert points["pull"]["transport_used"]["decode0"]["read"]
 
 
 def test_greedy_outputs_of_pd_flows_equal_agg(smoke_run):

@@ -21,6 +21,7 @@ from pdbench.launch import model_path_for
 from pdbench.launch_spec import build_launch, describe
 from pdbench.plan import make_plan
 from pdbench.validate import validate
+from pdbench.vllm_install import VllmInstall
 from tests.unit.test_sbatch_golden import CONF_DIR, check_golden
 
 pytestmark = pytest.mark.unit
@@ -35,7 +36,19 @@ CASES = {
     # Two Deployments: SLURM gets them as one job array, and the dry run shows that array.
     "dry_llama3_8b_1p1d_rdma_thresholds": LLAMA_8B
     + ["topology=1p1d", "transport=rdma", "flow.kv_recompute_thresholds=[0,1024]"],
+    # Every task in a pyxis container: its options on srun in the sbatch script.
+    "dry_llama3_8b_1p1d_nvlink_container": LLAMA_8B
+    + [
+        "topology=1p1d",
+        "transport=nvlink",
+        "cluster.container_image='nvcr.io#nvidia/pytorch:25.01-py3'",
+        "cluster.container_mounts=[/shared:/shared,/shared/models:/shared/models:ro]",
+        "cluster.srun_args=['--mpi=none']",
+    ],
 }
+# The servers' vLLM on a GPU cluster: the CUDA build, its CLI on the nodes' PATH once
+# cluster.setup activates the venv (vllm_install.servers_vllm of the presets' bare python).
+GPU_VLLM = VllmInstall("vllm", "0.32.0", "vllm")
 BASE = [
     "+experiment=smoke",
     "cluster=h100_8gpu",
@@ -61,7 +74,8 @@ def compose_run(overrides: list[str]) -> RunConfig:
 def dry_run_text(cfg: RunConfig) -> str:
     """What ``launch.dry_run=true`` prints for a fresh run dir (every Deployment pending)."""
     plan = make_plan(cfg)
-    return describe(build_launch(cfg, plan, model_path_for(cfg, create=False)), plan)
+    spec = build_launch(cfg, plan, model_path_for(cfg, create=False), vllm=GPU_VLLM)
+    return describe(spec, plan)
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
@@ -79,3 +93,15 @@ def test_cross_node_rdma_sets_ucx_and_binds_node_addresses():
     assert "UCX_NET_DEVICES=" not in text  # UCX picks each GPU's NIC; no one port for all
     assert "--host '<node1>'" in text and "127.0.0.1" not in text
     assert text.count("#SBATCH --nodes=2") == 1
+
+
+def test_servers_start_with_vllm_serve_and_containers_go_on_srun():
+    text = dry_run_text(compose_run(BASE + CASES["dry_llama3_8b_1p1d_nvlink_container"]))
+    assert "      vllm serve /shared/models/Llama-3.1-8B-Instruct --served-model-name" in text
+    assert "vllm.entrypoints.openai.api_server" not in text
+    srun = next(line for line in text.splitlines() if line.strip().startswith("srun "))
+    assert srun.endswith(
+        "--cpus-per-task=96 '--container-image=nvcr.io#nvidia/pytorch:25.01-py3' "
+        "--container-mounts=/shared:/shared,/shared/models:/shared/models:ro --mpi=none "
+        "python -u -m submitit.core._submit /RUN/submitit"
+    )

@@ -50,6 +50,7 @@ CORE = {
     "pdbench.model_memory",
     "pdbench.model_source",
     "pdbench.ucx_transports",
+    "pdbench.vllm_install",  # which vLLM the servers run, how they start (package metadata)
 }
 DRIVER = {
     "pdbench.__main__",
@@ -61,6 +62,8 @@ DRIVER = {
     "pdbench.help",
     "pdbench.overrides",
     "pdbench.conf_tree",
+    "pdbench.preflight_launch",
+    "pdbench.sweep",
 }
 LAYERS = ("connector", "core", "runtime", "jobs", "driver", "analysis")
 
@@ -71,6 +74,7 @@ PLUGIN = {
     "connector.tracing",
     "connector.transfer_trace",
     "connector.core_binding",
+    "connector.kv_params_service",
 }
 CONNECTOR_SHARED = {"connector.layout", "connector.shared_files", "connector.process_env"}
 

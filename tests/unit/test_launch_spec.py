@@ -38,12 +38,18 @@ def test_instance_env_names_the_deployment_dirs_the_job_uses():
     spec = build_launch(cfg, plan, "/m").deployments[0]
     dep_id = plan.deployments[0].deployment_id
     for inst in spec.instances:
-        assert inst.env["PDBENCH_KV_PARAMS_DIR"] == f"/RUN/kvparams/{dep_id}" == spec.kv_params_dir
         assert inst.env["PDBENCH_RUN_DIR"] == "/RUN"
         assert inst.log_path == f"/RUN/logs/{dep_id}/{inst.name}.log"
         assert inst.host == LOOPBACK and inst.health_url.startswith(f"http://{LOOPBACK}:")
     assert spec.router.env["PDBENCH_RUN_DIR"] == "/RUN"
-    assert spec.router.config["kv_params_dir"] == spec.kv_params_dir
+    # D's plugin serves its KV params on the last port of D's side-channel block; the
+    # router gets that URL beside D's.
+    prefill, decode = spec.instances
+    assert prefill.kv_params_port == 0 and "PDBENCH_KV_PARAMS_ADDR" not in prefill.env
+    assert decode.kv_params_port == decode.side_channel_port + 63
+    assert decode.env["PDBENCH_KV_PARAMS_ADDR"] == f"{LOOPBACK}:{decode.kv_params_port}"
+    assert spec.router.config["kv_params_urls"] == [f"http://{LOOPBACK}:{decode.kv_params_port}"]
+    assert spec.router.config["decode_urls"] == [decode.url]
     assert spec.placeholders() == []  # local: every address is known at plan time
 
 

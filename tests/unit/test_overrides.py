@@ -76,7 +76,8 @@ def test_every_value_of_a_sweep_is_checked():
 
 
 def test_enum_values_are_checked_by_name():
-    assert "'bogus' is not one of run, status, transfer_bench;" in refused("command=bogus")
+    commands = "run, status, transfer_bench, preflight"
+    assert f"'bogus' is not one of {commands};" in refused("command=bogus")
     assert "did you mean slurm?" in refused("cluster.executor=slrm")
 
 

@@ -14,6 +14,7 @@ from pdbench.preflight.checks import (
     check_model,
     check_nvlink,
     check_ucx,
+    physical_pairs,
 )
 from pdbench.preflight.nvidia_smi import parse_gpu_query, parse_topology
 from pdbench.preflight.spec import NodeExpectation, PreflightSpec, spec_from_config
@@ -79,9 +80,22 @@ def test_gpus_against_the_plan():
     assert "1 GPU(s)" in one_line(check_gpus(expect, H100[:1], None, 0))
     small = one_line(check_gpus(expect, H100, None, 141.0))
     assert "has 79.6 GiB, less than cluster.gpu_memory_gib=141.0" in small
-    other_jobs = one_line(check_gpus(expect, H100, "4,5,6,7", 0))
-    assert "SLURM gave this job GPUs 4,5,6,7" in other_jobs and "exclusive" in other_jobs
+    # A node shared with other jobs: the plan's GPUs 0-3 are this task's devices 4-7.
+    shared = check_gpus(expect, H100, "4,5,6,7", 0)
+    assert shared.ok and "(devices 4,5,6,7 of this task)" in shared.found
     assert check_gpus(expect, H100[:4], "0,1,2,3", 0).ok  # cgroup-constrained: fine
+    few = one_line(check_gpus(expect, H100, "6,7", 0))
+    assert "CUDA_VISIBLE_DEVICES=6,7 (2) but the plan uses GPUs [0, 1, 2, 3]" in few
+    gone = one_line(check_gpus(NodeExpectation(0, (0, 1)), H100[:4], "5,6", 0))
+    assert "are devices 5,6 of this task, but nvidia-smi lists GPU(s) 0, 1, 2, 3" in gone
+
+
+def test_nvlink_pairs_map_through_the_tasks_devices():
+    expect = NodeExpectation(0, (0, 1), ((1, 0),))
+    assert physical_pairs(expect, None) == ((1, 0),)
+    assert physical_pairs(expect, "4,6") == ((6, 4),)
+    uuids = "GPU-a,GPU-b"  # not indices: left to the plan's
+    assert physical_pairs(expect, uuids) == ((1, 0),)
 
 
 def test_nvlink_pairs_against_the_topology():
@@ -151,8 +165,9 @@ def test_node_findings_go_into_the_provenance():
     ]  # fmt: skip
     prov = with_nodes({"git_sha": "abc"}, reports)
     assert prov["git_sha"] == "abc"
-    assert prov["nodes"]["gpu-a01.cluster"]["driver"] == "550.54.15"
-    assert prov["nodes"]["gpu-a02.cluster"]["preflight_ok"] is False
+    assert prov["nodes"]["gpu-a01"]["driver"] == "550.54.15"
+    assert prov["nodes"]["gpu-a01"]["hostname"] == "gpu-a01.cluster"
+    assert prov["nodes"]["gpu-a02"]["preflight_ok"] is False
 
 
 def test_address_failures_carry_their_fix():

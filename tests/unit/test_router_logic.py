@@ -24,7 +24,7 @@ def router(**kw) -> Router:
             prefill_urls=["p0", "p1"],
             decode_urls=["d0"],
             agg_urls=[],
-            kv_params_dir="/tmp",
+            kv_params_urls=["http://127.0.0.1:9"],
             **{**settings, **kw},
         )
     )

@@ -28,11 +28,13 @@ def test_cpu_prefill_command_and_env():
     assert kv["kv_connector_module_path"] == "connector.vllm_plugin"
     assert kv["kv_buffer_device"] == "cpu"
     assert kv["kv_connector_extra_config"]["bidirectional_kv_xfer"] is True
-    env = serve_env(dep, p, "127.0.0.1", "/kv", "/tr")
+    env = serve_env(dep, p, "127.0.0.1", "", "/tr")
     assert env["VLLM_CPU_OMP_THREADS_BIND"] == "0"
-    assert serve_env(dep, d, "127.0.0.1", "/kv", "/tr")["VLLM_CPU_OMP_THREADS_BIND"] == "1"
+    d_env = serve_env(dep, d, "127.0.0.1", "127.0.0.1:5727", "/tr")
+    assert d_env["VLLM_CPU_OMP_THREADS_BIND"] == "1"
     assert env["VLLM_NIXL_SIDE_CHANNEL_PORT"] == str(p.side_channel_port)
-    assert env["PDBENCH_KV_PARAMS_DIR"] == "/kv"
+    assert d_env["PDBENCH_KV_PARAMS_ADDR"] == "127.0.0.1:5727"
+    assert "PDBENCH_KV_PARAMS_ADDR" not in env  # P's params come in its own response
     assert "CUDA_VISIBLE_DEVICES" not in env
 
 

