@@ -134,6 +134,8 @@ class DeploymentJob:
                 flow=point.flow.value,
                 deployment=self.deployment.record(),
                 workload=point.workload_record(),
+                repetition=point.repetition,
+                order_index=point.order_index,
                 started_at=time.time(),
                 finished_at=time.time(),
             )
@@ -193,11 +195,17 @@ class DeploymentJob:
         if any(store.point_status(p.point_id) is not PointStatus.ok for p in self.points):
             self._warm_up(router_url, store)
         done, failed, skipped = 0, 0, 0
-        for i, point in enumerate(self.points, 1):
+        # The order the launch spec holds (and the dry run printed): randomized blocks.
+        position = {point_id: i for i, point_id in enumerate(ran.run_order)}
+        points = sorted(self.points, key=lambda p: position.get(p.point_id, p.order_index))
+        for i, point in enumerate(points, 1):
             if store.point_status(point.point_id) is PointStatus.ok:
                 skipped += 1
                 continue
-            label = f"[{i}/{len(self.points)}] {point.flow.value} h={point.history_tokens}"
+            label = (
+                f"[{i}/{len(self.points)}] {point.flow.value} h={point.history_tokens} "
+                f"r={point.repetition}"
+            )
             print(f"[pdbench] point {label} ({point.point_id})", flush=True)
             result, records = self._measure(point, urls, router_url, hosts, store, label)
             store.write_point(result, records)
@@ -235,30 +243,32 @@ class DeploymentJob:
         return router_spec.url
 
     def _warm_up(self, router_url: str, store: RunStore) -> None:
-        """One short conversation before measuring, so that the first NIXL handshake between
-        each P and D (both directions) is not charged to the first Point. Its records are
-        kept in ``warmup/<deployment>.jsonl`` to show what the handshake costs."""
+        """Before measuring, one short two-turn conversation per (flow, history length) of
+        the Points (one per P-D pair where there are several), so that neither the first NIXL
+        handshakes between each P and D (both directions) nor the first run of a prompt
+        length is charged to the first Point of a flow. Its records are kept apart, in
+        ``warmup/<deployment>.jsonl``, to show what those first times cost."""
 
         dep = self.deployment
-        flows = [p.flow for p in self.points]
-        flow = (
-            "pull"
-            if Flow.pull in flows or Flow.decode_first in flows
-            else ("recompute" if Flow.recompute in flows else "agg")
-        )
-        n = max(len(dep.by_role("prefill")) * len(dep.by_role("decode")), 1) * 2
-        warm = WorkloadConfig(conversations=n, turns=2, user_tokens=32, output_tokens=0, seed=12345)
-        specs = build_conversations(warm, 0, dep.model.vocab_size)
-        opts = RequestOptions(router_url, served_model_name(dep), 4, flow, f"warmup-{time.time()}")
+        cases = list(dict.fromkeys((p.flow, p.history_tokens) for p in self.points))
+        n = max(len(dep.by_role("prefill")) * len(dep.by_role("decode")), 1)
+        warm = WorkloadConfig(conversations=n, turns=2, user_tokens=32, output_tokens=4, seed=12345)
+        model = served_model_name(dep)
 
         async def go():
             import aiohttp  # lazy: ~0.4 s, on the allocation only (the driver imports jobs/)
 
+            records: list[RequestRecord] = []
             async with aiohttp.ClientSession() as session:
-                await session.post(
-                    f"{router_url}/pdbench/flow", json={"flow": flow, "tag": "warmup"}
-                )
-            return await LoadGenerator(opts, n, 0.0, 0).run(specs)
+                for flow, history in cases:
+                    tag = f"warmup-{flow.value}-h{history}-{time.time()}"
+                    body = {"flow": flow.value, "tag": tag}
+                    async with session.post(f"{router_url}/pdbench/flow", json=body) as r:
+                        r.raise_for_status()
+                    specs = build_conversations(warm, history, dep.model.vocab_size)
+                    opts = RequestOptions(router_url, model, 4, flow.value, tag)
+                    records += await LoadGenerator(opts, n, 0.0, 0).run(specs)
+            return records
 
         t0 = time.perf_counter()
         records = run_client(go())
@@ -267,7 +277,11 @@ class DeploymentJob:
             store.root / "warmup" / f"{dep.deployment_id}.jsonl", [asdict(r) for r in records]
         )
         ok = sum(r.status == "ok" for r in records)
-        print(f"[pdbench] warm-up ({flow}): {ok}/{len(records)} ok in {took:.1f} s", flush=True)
+        print(
+            f"[pdbench] warm-up ({len(cases)} flow x history cases): {ok}/{len(records)} ok "
+            f"in {took:.1f} s",
+            flush=True,
+        )
 
     def _measure(self, point: Point, urls, router_url, hosts, store: RunStore, label: str):
         dep = self.deployment
@@ -279,6 +293,8 @@ class DeploymentJob:
             flow=point.flow.value,
             deployment=dep.record(),
             workload=point.workload_record(),
+            repetition=point.repetition,
+            order_index=point.order_index,
             hosts=hosts,
             launch_spec_file=str(store.launch_spec_path(dep.deployment_id).relative_to(store.root)),
             started_at=started,

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from connector.process_env import RUN_DIR_ENV
+from pdbench import run_order
 from pdbench.config import ExecutorKind, FlowConfig, RunConfig
 from pdbench.plan import Deployment, Instance, Plan, Point, to_jsonable
 from pdbench.sbatch import sbatch_script
@@ -101,6 +102,9 @@ class DeploymentSpec:
     rendezvous_dir: str  # the job adds <job id>.<restart count>/ below it
     instances: list[InstanceSpec]
     router: RouterSpec
+    # The Points in the order the job measures them (``pdbench.run_order``) and its seed.
+    run_order: list[str] = field(default_factory=list)
+    order_seed: int = 0
 
     def on_node(self, node: int) -> list[InstanceSpec]:
         return [i for i in self.instances if i.node == node]
@@ -199,6 +203,8 @@ def deployment_spec(
         rendezvous_dir=str(root / "rendezvous" / dep.deployment_id),
         instances=instances,
         router=_router_spec(dep, points, instances, host_of(0), python, run_dir, logs, kv_params),
+        run_order=[p.point_id for p in sorted(points, key=lambda p: p.order_index)],
+        order_seed=points[0].workload.order_seed if points else 0,
     )
 
 
@@ -332,9 +338,13 @@ def describe(spec: LaunchSpec, plan: Plan) -> str:
     lines = [f"run dir: {spec.run_dir}", f"executor: {spec.executor}", ""]
     for dep in spec.deployments:
         lines += describe_deployment(dep)
-        for point in plan.points[dep.deployment_id]:
+        lines.append(f"  run order ({run_order.DESIGN}, order_seed={dep.order_seed}):")
+        points = {p.point_id: p for p in plan.points[dep.deployment_id]}
+        for index, point_id in enumerate(dep.run_order):
+            point = points[point_id]
             lines.append(
-                f"  point {point.point_id}: flow={point.flow.value} history={point.history_tokens}"
+                f"  {index:>3} point {point_id}: flow={point.flow.value} "
+                f"history={point.history_tokens} repetition={point.repetition}"
             )
         lines.append("")
     if not spec.submissions:

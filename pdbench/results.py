@@ -113,7 +113,9 @@ class PointResult:
     error: str
     flow: str
     deployment: dict[str, Any]
-    workload: dict[str, Any]
+    workload: dict[str, Any]  # its ``repetition`` and ``history_tokens`` included
+    repetition: int = 0  # 0-based: independent Points of one (deployment, flow, history)
+    order_index: int = -1  # its place in its Deployment's run order (pdbench/run_order.py)
     summary: Summary = field(default_factory=Summary)
     by_turn: list[TurnRow] = field(default_factory=list)
     transfer: TransferTotals = field(default_factory=TransferTotals)

@@ -37,6 +37,7 @@ CORE = {
     "pdbench.validate",
     "pdbench.lengths",
     "pdbench.plan",
+    "pdbench.run_order",
     "pdbench.serve_command",
     "pdbench.sbatch",
     "pdbench.launch_spec",
