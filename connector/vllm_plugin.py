@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from connector.process_env import KV_PARAMS_DIR_ENV
+from connector.request_timing import RequestTimingMixin
 from connector.shared_files import write_bytes_atomic
 
 # vLLM's NixlConnector with pdbench's per-transfer tracing (inactive unless a trace dir is set).
@@ -33,8 +34,9 @@ def export_params(directory: str, request_id: str, params: dict[str, Any]) -> Pa
     return path
 
 
-class NixlConnector(_VllmNixlConnector):
-    """vLLM's NixlConnector that also exports finished requests' KV-transfer params."""
+class NixlConnector(RequestTimingMixin, _VllmNixlConnector):
+    """vLLM's NixlConnector that also exports finished requests' KV-transfer params and
+    times every request (``connector.request_timing``)."""
 
     def request_finished(self, request, block_ids):
         delay, params = super().request_finished(request, block_ids)

@@ -26,7 +26,7 @@ import submitit
 
 from connector.shared_files import poll_until
 from connector.ucx_proto import tcp_fallback, transports_in_log
-from pdbench import attribution, metrics
+from pdbench import attribution, metrics, ttft_split
 from pdbench.config import Flow, TrackingConfig, WorkloadConfig
 from pdbench.launch_spec import LOOPBACK, DeploymentSpec, InstanceSpec, RouterSpec, resolve
 from pdbench.plan import Deployment, Point
@@ -301,9 +301,10 @@ class DeploymentJob:
         )
         records: list[RequestRecord] = []
         try:
-            records, per_turn, totals, duration, result.router = run_client(
+            records, per_turn, totals, duration, result.router, waves = run_client(
                 self._drive(point, urls, router_url, label)
             )
+            self._split_ttft(records, per_turn, waves)
             result.summary = attribution.summarize(records, duration)
             result.by_turn = per_turn
             result.metrics = totals
@@ -332,6 +333,15 @@ class DeploymentJob:
             )
         result.finished_at = time.time()
         return result, records
+
+    def _split_ttft(self, records: list[RequestRecord], per_turn, waves) -> None:
+        """Each request's TTFT in parts (pdbench/ttft_split.py), per turn their means."""
+        servers = ttft_split.read_server_timing(
+            self._ran.timing_dir, ttft_split.wanted_ids(records)
+        )
+        ttft_split.apply(records, servers, waves)
+        for row in per_turn:
+            attribution.add_split(row, [r for r in records if r.turn == row.turn])
 
     def _check_transport(self, result: PointResult) -> None:
         """Record which UCX transports moved KV and flag a slow path or a slow link."""
@@ -420,6 +430,12 @@ class DeploymentJob:
         gen = LoadGenerator(opts, wl.concurrency, wl.request_rate, wl.seed)
         per_turn: list = []
         totals: dict[str, dict[str, float]] = {}
+        waves: dict[int, ttft_split.WaveTiming] = {}  # the split's per-wave stand-in
+        answering = (
+            [dep.agg_instance.name]
+            if point.flow is Flow.agg
+            else [i.name for i in dep.by_role("decode")]
+        )
         async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30)) as session:
             flow_body = {"flow": point.flow.value, "tag": point.point_id}
             async with session.post(f"{router_url}/pdbench/flow", json=flow_body) as r:
@@ -441,6 +457,7 @@ class DeploymentJob:
                 state["before"] = after
                 attribution.add_deltas(totals, deltas)
                 per_turn.append(attribution.turn_row(turn, wave, deltas, prefill_names, serving))
+                waves[turn] = ttft_split.WaveTiming.from_deltas(deltas, prefill_names, answering)
                 ok = sum(r.status == "ok" for r in wave)
                 print(f"[pdbench] {label} turn {turn}: {ok}/{len(wave)} ok", flush=True)
 
@@ -449,7 +466,7 @@ class DeploymentJob:
             duration = time.perf_counter() - t0
             async with session.get(f"{router_url}/pdbench/stats") as r:
                 router_stats = await r.json()
-        return records, per_turn, totals, duration, router_stats
+        return records, per_turn, totals, duration, router_stats, waves
 
 
 def _raise_interrupted(signum, frame):

@@ -25,7 +25,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from connector.process_env import RUN_DIR_ENV
+from connector.process_env import RUN_DIR_ENV, TIMING_DIR_ENV
 from pdbench import run_order
 from pdbench.config import ExecutorKind, FlowConfig, RunConfig
 from pdbench.plan import Deployment, Instance, Plan, Point, to_jsonable
@@ -102,6 +102,8 @@ class DeploymentSpec:
     rendezvous_dir: str  # the job adds <job id>.<restart count>/ below it
     instances: list[InstanceSpec]
     router: RouterSpec
+    # Per-request timing lines of each instance's connector plugin: <timing_dir>/<instance>/
+    timing_dir: str = ""
     # The Points in the order the job measures them (``pdbench.run_order``) and its seed.
     run_order: list[str] = field(default_factory=list)
     order_seed: int = 0
@@ -182,6 +184,7 @@ def deployment_spec(
     logs = root / "logs" / dep.deployment_id
     kv_params = root / "kvparams" / dep.deployment_id
     traces = root / "traces" / dep.deployment_id
+    timing = root / "timing" / dep.deployment_id
 
     def host_of(node: int) -> str:
         return LOOPBACK if local else node_address_placeholder(node)
@@ -192,6 +195,9 @@ def deployment_spec(
         )
         for inst in dep.instances
     ]
+    for spec in instances:
+        if spec.role != "mixed":  # the connector plugin times every request it sees
+            spec.env[TIMING_DIR_ENV] = str(timing / spec.name)
     return DeploymentSpec(
         deployment_id=dep.deployment_id,
         nodes=dep.nodes,
@@ -203,6 +209,7 @@ def deployment_spec(
         rendezvous_dir=str(root / "rendezvous" / dep.deployment_id),
         instances=instances,
         router=_router_spec(dep, points, instances, host_of(0), python, run_dir, logs, kv_params),
+        timing_dir=str(timing),
         run_order=[p.point_id for p in sorted(points, key=lambda p: p.order_index)],
         order_seed=points[0].workload.order_seed if points else 0,
     )
@@ -370,7 +377,8 @@ def describe_deployment(dep: DeploymentSpec) -> list[str]:
     lines = [
         f"deployment {dep.deployment_id}: {dep.nodes} node(s)",
         f"  dirs: logs {dep.logs_dir}, KV params {dep.kv_params_dir}, traces "
-        f"{dep.traces_dir}, rendezvous {dep.rendezvous_dir}/<job id>.<restart count>",
+        f"{dep.traces_dir}, timing {dep.timing_dir}, rendezvous "
+        f"{dep.rendezvous_dir}/<job id>.<restart count>",
     ]
     for node in range(dep.nodes):
         lines.append(f"  node {node}:")

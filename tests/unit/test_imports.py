@@ -69,6 +69,7 @@ PLUGIN = {
     "connector.vllm_plugin",
     "connector.tracing",
     "connector.transfer_trace",
+    "connector.request_timing",
     "connector.core_binding",
 }
 CONNECTOR_SHARED = {"connector.layout", "connector.shared_files", "connector.process_env"}
