@@ -53,9 +53,6 @@ class RequestRecord:
     start_s: float  # seconds since the Point started
     status: str = "ok"  # ok | failed
     error: str = ""
-    path: str = ""  # the router's route for this turn (e.g. "pull", "recompute", "agg")
-    cached_tokens: int = -1  # the server's prompt_tokens_details.cached_tokens, -1: absent
-    prefill_ms: float = -1.0  # P's share of TTFT as the router saw it, -1: P not asked
     request_id: str = ""  # the router's id of the turn: P's vLLM request <id>-p, D's <id>-d
     # The router's clock over the turn (ms; pdbench.router.TurnTiming): route, p, gap, d
     router_spans_ms: dict[str, float] = field(default_factory=dict)
@@ -67,6 +64,9 @@ class RequestRecord:
     # The residual's own parts where measured (ms): client_ms (client <-> router and the
     # relay), p_http_ms (P's answer outside its engine), d_http_ms (D's, to its first chunk)
     ttft_residual_ms: dict[str, float] = field(default_factory=dict)
+    path: str = ""  # the router's route for this turn (e.g. "pull", "recompute", "agg")
+    cached_tokens: int = -1  # the server's prompt_tokens_details.cached_tokens, -1: absent
+    prefill_ms: float = -1.0  # P's share of TTFT as the router saw it, -1: P not asked
 
 
 @dataclass
