@@ -8,4 +8,5 @@ so the names live here, below both).
 RUN_DIR_ENV = "PDBENCH_RUN_DIR"  # marks every process pdbench starts for a run
 KV_PARAMS_ADDR_ENV = "PDBENCH_KV_PARAMS_ADDR"  # host:port where D's plugin serves its KV params
 TRACE_DIR_ENV = "PDBENCH_TRACE_DIR"  # where the tracer writes one line per transfer
+TIMING_DIR_ENV = "PDBENCH_TIMING_DIR"  # where the plugin times each request (request_timing)
 ROLE_ENV = "PDBENCH_ROLE"  # prefill | decode: traces name the direction (P<-D, D<-P)

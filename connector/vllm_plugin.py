@@ -20,6 +20,7 @@ from typing import Any
 
 from connector.kv_params_service import ParamsBoard, ParamsServer, parse_addr
 from connector.process_env import KV_PARAMS_ADDR_ENV
+from connector.request_timing import RequestTimingMixin
 
 # vLLM's NixlConnector with pdbench's per-transfer tracing (inactive unless a trace dir is set).
 from connector.tracing import NixlConnector as _VllmNixlConnector
@@ -42,8 +43,9 @@ def start_params_service(addr: str) -> ParamsServer:
     return server
 
 
-class NixlConnector(_VllmNixlConnector):
-    """vLLM's NixlConnector that also serves finished requests' KV-transfer params."""
+class NixlConnector(RequestTimingMixin, _VllmNixlConnector):
+    """vLLM's NixlConnector that also serves finished requests' KV-transfer params and
+    times every request (``connector.request_timing``)."""
 
     def __init__(self, vllm_config, role, kv_cache_config=None):
         super().__init__(vllm_config, role, kv_cache_config)

@@ -39,7 +39,7 @@ from jobs.preflight import (
     record_findings,
     reports_dir,
 )
-from pdbench import attribution, metrics
+from pdbench import attribution, metrics, ttft_split
 from pdbench.config import Flow, TrackingConfig, WorkloadConfig
 from pdbench.launch_spec import (
     LOOPBACK,
@@ -196,6 +196,8 @@ class DeploymentJob:
                 flow=point.flow.value,
                 deployment=self.deployment.record(),
                 workload=point.workload_record(),
+                repetition=point.repetition,
+                order_index=point.order_index,
                 started_at=time.time(),
                 finished_at=time.time(),
                 job_id=self._attempt[0],
@@ -304,12 +306,18 @@ class DeploymentJob:
                 f"[pdbench] skipping {len(recorded)} Point(s) recorded ok: {', '.join(recorded)}",
                 flush=True,
             )
-        for i, point in enumerate(self.points, 1):
+        # The order the launch spec holds (and the dry run printed): randomized blocks.
+        position = {point_id: i for i, point_id in enumerate(ran.run_order)}
+        points = sorted(self.points, key=lambda p: position.get(p.point_id, p.order_index))
+        for i, point in enumerate(points, 1):
             self._check_leaving()
             if store.point_status(point.point_id) is PointStatus.ok:
                 skipped += 1
                 continue
-            label = f"[{i}/{len(self.points)}] {point.flow.value} h={point.history_tokens}"
+            label = (
+                f"[{i}/{len(self.points)}] {point.flow.value} h={point.history_tokens} "
+                f"r={point.repetition}"
+            )
             print(f"[pdbench] point {label} ({point.point_id})", flush=True)
             result, records = self._measure(point, urls, router_url, hosts, store, label)
             self._check_leaving()  # cut short: no record, the requeued job measures it
@@ -347,30 +355,32 @@ class DeploymentJob:
         return router_spec.url
 
     def _warm_up(self, router_url: str, store: RunStore) -> None:
-        """One short conversation before measuring, so that the first NIXL handshake between
-        each P and D (both directions) is not charged to the first Point. Its records are
-        kept in ``warmup/<deployment>.jsonl`` to show what the handshake costs."""
+        """Before measuring, one short two-turn conversation per (flow, history length) of
+        the Points (one per P-D pair where there are several), so that neither the first NIXL
+        handshakes between each P and D (both directions) nor the first run of a prompt
+        length is charged to the first Point of a flow. Its records are kept apart, in
+        ``warmup/<deployment>.jsonl``, to show what those first times cost."""
 
         dep = self.deployment
-        flows = [p.flow for p in self.points]
-        flow = (
-            "pull"
-            if Flow.pull in flows or Flow.decode_first in flows
-            else ("recompute" if Flow.recompute in flows else "agg")
-        )
-        n = max(len(dep.by_role("prefill")) * len(dep.by_role("decode")), 1) * 2
-        warm = WorkloadConfig(conversations=n, turns=2, user_tokens=32, output_tokens=0, seed=12345)
-        specs = build_conversations(warm, 0, dep.model.vocab_size)
-        opts = RequestOptions(router_url, served_model_name(dep), 4, flow, f"warmup-{time.time()}")
+        cases = list(dict.fromkeys((p.flow, p.history_tokens) for p in self.points))
+        n = max(len(dep.by_role("prefill")) * len(dep.by_role("decode")), 1)
+        warm = WorkloadConfig(conversations=n, turns=2, user_tokens=32, output_tokens=4, seed=12345)
+        model = served_model_name(dep)
 
         async def go():
             import aiohttp  # lazy: ~0.4 s, on the allocation only (the driver imports jobs/)
 
+            records: list[RequestRecord] = []
             async with aiohttp.ClientSession() as session:
-                await session.post(
-                    f"{router_url}/pdbench/flow", json={"flow": flow, "tag": "warmup"}
-                )
-            return await LoadGenerator(opts, n, 0.0, 0).run(specs)
+                for flow, history in cases:
+                    tag = f"warmup-{flow.value}-h{history}-{time.time()}"
+                    body = {"flow": flow.value, "tag": tag}
+                    async with session.post(f"{router_url}/pdbench/flow", json=body) as r:
+                        r.raise_for_status()
+                    specs = build_conversations(warm, history, dep.model.vocab_size)
+                    opts = RequestOptions(router_url, model, 4, flow.value, tag)
+                    records += await LoadGenerator(opts, n, 0.0, 0).run(specs)
+            return records
 
         t0 = time.perf_counter()
         records = run_client(go())
@@ -379,7 +389,11 @@ class DeploymentJob:
             store.root / "warmup" / f"{dep.deployment_id}.jsonl", [asdict(r) for r in records]
         )
         ok = sum(r.status == "ok" for r in records)
-        print(f"[pdbench] warm-up ({flow}): {ok}/{len(records)} ok in {took:.1f} s", flush=True)
+        print(
+            f"[pdbench] warm-up ({len(cases)} flow x history cases): {ok}/{len(records)} ok "
+            f"in {took:.1f} s",
+            flush=True,
+        )
 
     def _measure(self, point: Point, urls, router_url, hosts, store: RunStore, label: str):
         dep = self.deployment
@@ -391,6 +405,8 @@ class DeploymentJob:
             flow=point.flow.value,
             deployment=dep.record(),
             workload=point.workload_record(),
+            repetition=point.repetition,
+            order_index=point.order_index,
             hosts=hosts,
             launch_spec_file=str(store.launch_spec_path(dep.deployment_id).relative_to(store.root)),
             started_at=started,
@@ -401,9 +417,10 @@ class DeploymentJob:
         # This Point's stretch of the P/D servers' logs (every Point of a Deployment shares them).
         logs = LogWindow([i.log_path for i in self._ran.instances if i.role != "mixed"])
         try:
-            records, per_turn, totals, duration, result.router = run_client(
+            records, per_turn, totals, duration, result.router, waves = run_client(
                 self._drive(point, urls, router_url, label)
             )
+            self._split_ttft(records, per_turn, waves)
             result.summary = attribution.summarize(records, duration)
             result.by_turn = per_turn
             result.metrics = totals
@@ -434,6 +451,15 @@ class DeploymentJob:
             )
         result.finished_at = time.time()
         return result, records
+
+    def _split_ttft(self, records: list[RequestRecord], per_turn, waves) -> None:
+        """Each request's TTFT in parts (pdbench/ttft_split.py), per turn their means."""
+        servers = ttft_split.read_server_timing(
+            self._ran.timing_dir, ttft_split.wanted_ids(records)
+        )
+        ttft_split.apply(records, servers, waves)
+        for row in per_turn:
+            attribution.add_split(row, [r for r in records if r.turn == row.turn])
 
     def _check_transport(self, result: PointResult) -> None:
         """Record which UCX transports moved KV (per instance, so far in the Deployment: UCX
@@ -563,6 +589,12 @@ class DeploymentJob:
         gen = LoadGenerator(opts, wl.concurrency, wl.request_rate, wl.seed)
         per_turn: list = []
         totals: dict[str, dict[str, float]] = {}
+        waves: dict[int, ttft_split.WaveTiming] = {}  # the split's per-wave stand-in
+        answering = (
+            [dep.agg_instance.name]
+            if point.flow is Flow.agg
+            else [i.name for i in dep.by_role("decode")]
+        )
         async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30)) as session:
             flow_body = {"flow": point.flow.value, "tag": point.point_id}
             async with session.post(f"{router_url}/pdbench/flow", json=flow_body) as r:
@@ -584,6 +616,7 @@ class DeploymentJob:
                 state["before"] = after
                 attribution.add_deltas(totals, deltas)
                 per_turn.append(attribution.turn_row(turn, wave, deltas, prefill_names, serving))
+                waves[turn] = ttft_split.WaveTiming.from_deltas(deltas, prefill_names, answering)
                 ok = sum(r.status == "ok" for r in wave)
                 print(f"[pdbench] {label} turn {turn}: {ok}/{len(wave)} ok", flush=True)
 
@@ -592,7 +625,7 @@ class DeploymentJob:
             duration = time.perf_counter() - t0
             async with session.get(f"{router_url}/pdbench/stats") as r:
                 router_stats = await r.json()
-        return records, per_turn, totals, duration, router_stats
+        return records, per_turn, totals, duration, router_stats, waves
 
 
 __all__ = ["DeploymentJob", "ServerStartError"]

@@ -91,7 +91,32 @@ def turn_row(
         bytes_pulled=_sum(deltas, prefill_names, m.nixl_bytes),
         paths=paths,
         prefill_ms_p50=percentile(prefill_ms, 50) if prefill_ms else -1.0,
+        nixl=nixl_by_instance(deltas),
     )
+
+
+def nixl_by_instance(deltas: dict[str, dict[str, float]]) -> dict[str, dict[str, float]]:
+    """NIXL bytes, seconds and transfer count each instance read (those that read any)."""
+    out = {}
+    for name, d in deltas.items():
+        if m.nixl_count(d) or m.nixl_bytes(d):
+            out[name] = {
+                "bytes": m.nixl_bytes(d),
+                "seconds": m.nixl_seconds(d),
+                "count": m.nixl_count(d),
+            }
+    return out
+
+
+def add_split(row: TurnRow, records: list[RequestRecord]) -> None:
+    """The turn's mean TTFT parts over its split requests, and where they came from."""
+    split = [r for r in records if r.status == "ok" and r.ttft_split]
+    row.split_sources = {}
+    for r in split:
+        row.split_sources[r.split_source] = row.split_sources.get(r.split_source, 0) + 1
+    if split:
+        keys = list(split[0].ttft_split)
+        row.ttft_split_mean = {k: statistics.fmean(r.ttft_split[k] for r in split) for k in keys}
 
 
 def transfer_totals(deltas: dict[str, dict[str, float]]) -> TransferTotals:

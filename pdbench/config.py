@@ -198,6 +198,14 @@ class WorkloadConfig:
     request_rate: float = 0.0  # requests/s; 0: as fast as concurrency allows
     request_timeout_s: float = 120.0
     seed: int = 0
+    # Independent repetitions of every (flow, history length): Points of their own, with fresh
+    # conversations (token ids from ``pdbench.run_order.repetition_seed(seed, r)``) and their
+    # own cache salt. Repetition r has the same token ids in every flow (requests pair across
+    # flows by conversation and turn).
+    repetitions: int = 1
+    # Seed of each Deployment's run order: randomized complete blocks, one block per (history
+    # length, repetition) holding every flow in a shuffled order (pdbench/run_order.py).
+    order_seed: int = 0
 
 
 @dataclass

@@ -60,6 +60,9 @@ SWEEP_AXES = frozenset(
         "flow.kv_recompute_threshold",
         "flow.kv_recompute_thresholds",
         "workload.history_tokens",
+        # more repetitions add Points; the order seed only reorders them
+        "workload.repetitions",
+        "workload.order_seed",
     }
 )
 

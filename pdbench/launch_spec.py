@@ -28,7 +28,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from connector.process_env import RUN_DIR_ENV
+from connector.process_env import RUN_DIR_ENV, TIMING_DIR_ENV
+from pdbench import run_order
 from pdbench.config import ExecutorKind, FlowConfig, RunConfig
 from pdbench.plan import SIDE_CHANNEL_STRIDE, Deployment, Instance, Plan, Point, to_jsonable
 from pdbench.sbatch import sbatch_script
@@ -116,6 +117,11 @@ class DeploymentSpec:
     expected_ucx_transports: list[str] = field(default_factory=list)  # transport config's
     gpu_memory_gib: float = 0.0  # cluster.gpu_memory_gib on GPU clusters; 0: not compared
     preflight: bool = True  # launch.preflight: run it as the job's first step
+    # Per-request timing lines of each instance's connector plugin: <timing_dir>/<instance>/
+    timing_dir: str = ""
+    # The Points in the order the job measures them (``pdbench.run_order``) and its seed.
+    run_order: list[str] = field(default_factory=list)
+    order_seed: int = 0
 
     def on_node(self, node: int) -> list[InstanceSpec]:
         return [i for i in self.instances if i.node == node]
@@ -231,6 +237,7 @@ def deployment_spec(
     root = Path(run_dir)
     logs = root / "logs" / dep.deployment_id
     traces = root / "traces" / dep.deployment_id
+    timing = root / "timing" / dep.deployment_id
 
     def host_of(node: int) -> str:
         return LOOPBACK if local else node_address_placeholder(node)
@@ -241,6 +248,9 @@ def deployment_spec(
         )
         for inst in dep.instances
     ]
+    for spec in instances:
+        if spec.role != "mixed":  # the connector plugin times every request it sees
+            spec.env[TIMING_DIR_ENV] = str(timing / spec.name)
     return DeploymentSpec(
         deployment_id=dep.deployment_id,
         nodes=dep.nodes,
@@ -256,6 +266,9 @@ def deployment_spec(
         expected_ucx_transports=list(dep.transport.expected_ucx_transports),
         gpu_memory_gib=gpu_memory_gib,
         preflight=preflight,
+        timing_dir=str(timing),
+        run_order=[p.point_id for p in sorted(points, key=lambda p: p.order_index)],
+        order_seed=points[0].workload.order_seed if points else 0,
     )
 
 
@@ -290,11 +303,22 @@ def _instance_spec(
         host=host,
         http_port=inst.http_port,
         side_channel_port=inst.side_channel_port,
-        command=serve_command(dep, inst, model_path, host, python, vllm),
+        command=_on_its_cores(inst, serve_command(dep, inst, model_path, host, python, vllm)),
         env=env,
         log_path=str(logs / f"{inst.name}.log"),
         kv_params_port=port,
     )
+
+
+def _on_its_cores(inst: Instance, command: list[str]) -> list[str]:
+    """A CPU instance's whole server (API server, engine core, workers) on its own cores.
+    Unpinned, vLLM's API servers and engine cores of every instance pile onto one core
+    (measured on 2 cores: both engine cores ran on core 0, with P's forward), and P then
+    computes the same tokens 2-4x slower than D; ``VLLM_CPU_OMP_THREADS_BIND`` pins only
+    the forward threads."""
+    if not inst.cpus:
+        return command
+    return ["taskset", "-c", ",".join(str(c) for c in inst.cpus), *command]
 
 
 def router_settings(flow: FlowConfig, request_timeout_s: float, port: int) -> dict[str, Any]:
@@ -414,9 +438,13 @@ def describe(spec: LaunchSpec, plan: Plan) -> str:
     lines = [f"run dir: {spec.run_dir}", f"executor: {spec.executor}", ""]
     for dep in spec.deployments:
         lines += describe_deployment(dep)
-        for point in plan.points[dep.deployment_id]:
+        lines.append(f"  run order ({run_order.DESIGN}, order_seed={dep.order_seed}):")
+        points = {p.point_id: p for p in plan.points[dep.deployment_id]}
+        for index, point_id in enumerate(dep.run_order):
+            point = points[point_id]
             lines.append(
-                f"  point {point.point_id}: flow={point.flow.value} history={point.history_tokens}"
+                f"  {index:>3} point {point_id}: flow={point.flow.value} "
+                f"history={point.history_tokens} repetition={point.repetition}"
             )
         lines.append("")
     if not spec.submissions:
@@ -441,7 +469,8 @@ def describe_deployment(dep: DeploymentSpec) -> list[str]:
     the same way, which is how the e2e test compares the two)."""
     lines = [
         f"deployment {dep.deployment_id}: {dep.nodes} node(s)",
-        f"  dirs: logs {dep.logs_dir}, traces {dep.traces_dir}, rendezvous "
+        f"  dirs: logs {dep.logs_dir}, traces {dep.traces_dir}, timing {dep.timing_dir}, "
+        f"rendezvous "
         f"{dep.rendezvous_dir}/<job id>.<restart count>",
     ]
     lines.append("  " + describe_preflight(dep))

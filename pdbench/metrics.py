@@ -21,6 +21,9 @@ KEPT_PREFIXES = (
     "vllm:external_prefix_cache_",
     "vllm:request_success",
     "vllm:num_preemptions",
+    # per-request histograms (sum, count): the TTFT split's per-wave means (ttft_split.py)
+    "vllm:request_queue_time_seconds",
+    "vllm:request_prefill_time_seconds",
 )
 
 # The gauges kept as they are (not as deltas).

@@ -2,8 +2,10 @@
 
 A Deployment is the set of servers that can stay up (model, topology, transport, server
 flags, ``kv_recompute_threshold``); a Point is one measured workload on it (flow, history
-length). Ids are hashes of the measured settings that define them (``pdbench.identity``:
-operational knobs such as timeouts and ports stay out), so a rerun finds what is done.
+length, repetition). Ids are hashes of the measured settings that define them
+(``pdbench.identity``: operational knobs such as timeouts and ports stay out), so a rerun
+finds what is done. A Deployment measures its Points in a seeded random order
+(``pdbench.run_order``).
 
 Placement: instances are laid out in a fixed order (prefill, decode, agg). ``same_node``
 packs them onto node 0 while they fit (GPUs by TP, or CPU cores by threads) and spills to
@@ -23,6 +25,7 @@ from dataclasses import asdict, dataclass, field, replace
 from enum import Enum
 from typing import Any
 
+from pdbench import run_order
 from pdbench.config import (
     ConnectorConfig,
     Flow,
@@ -117,17 +120,21 @@ class Deployment:
 @dataclass
 class Point:
     """One measured workload on a Deployment: ``workload.history_tokens`` is
-    ``[history_tokens]``, this Point's value of the sweep axis."""
+    ``[history_tokens]``, this Point's value of the sweep axis, and ``workload.seed`` its
+    repetition's seed (``run_order.repetition_seed``)."""
 
     point_id: str
     deployment_id: str
     flow: Flow
     history_tokens: int
     workload: WorkloadConfig
+    repetition: int = 0  # 0-based: independent Points of one (flow, history length)
+    order_index: int = 0  # its place in its Deployment's run order (``run_order``)
 
     def workload_record(self) -> dict[str, Any]:
-        """The workload as the id hashes it and records keep it: ``history_tokens`` a number."""
-        return workload_record(self.workload, self.history_tokens)
+        """The workload as the id hashes it and records keep it: ``history_tokens`` a number,
+        ``repetition`` this Point's."""
+        return workload_record(self.workload, self.history_tokens, self.repetition)
 
 
 @dataclass
@@ -211,25 +218,59 @@ def place_instances(cfg: RunConfig) -> tuple[list[Instance], int]:
     return instances, node + 1
 
 
-def workload_record(workload: WorkloadConfig, history_tokens: int) -> dict[str, Any]:
+def workload_record(
+    workload: WorkloadConfig, history_tokens: int, repetition: int = 0
+) -> dict[str, Any]:
+    """One Point's workload: the sweep axes replaced by this Point's values (``history_tokens``
+    and ``repetition``; the count of repetitions and the order seed say nothing about the
+    Point, so more repetitions later keep the ids of those measured)."""
     record = to_jsonable(workload)
     record["history_tokens"] = history_tokens
+    record["repetition"] = repetition
+    del record["repetitions"], record["order_seed"]
     return record
 
 
-def point_key(dep: Deployment, flow: Flow, workload: WorkloadConfig, history: int) -> dict:
+def point_key(
+    dep: Deployment, flow: Flow, workload: WorkloadConfig, history: int, repetition: int
+) -> dict:
     """What a Point's id hashes: its Deployment, its flow (with the router knobs that flow
     uses) and its measured workload (``pdbench.identity``)."""
     return {
         "deployment": dep.deployment_id,
         "flow": flow.value,
         **flow_knobs(flow.value, to_jsonable(dep.flow)),
-        "workload": measured("workload", workload_record(workload, history)),
+        "workload": measured("workload", workload_record(workload, history, repetition)),
     }
 
 
+def deployment_points(dep: Deployment, flows: list[Flow], workload: WorkloadConfig) -> list[Point]:
+    """The Points of one Deployment in its run order (``run_order.randomized_blocks``: one
+    block per (history length, repetition), every flow in each)."""
+    blocks = [(h, r) for h in workload.history_tokens for r in range(workload.repetitions)]
+    order = run_order.randomized_blocks(blocks, flows, workload.order_seed)
+    points = []
+    for index, ((history, repetition), flow) in enumerate(order):
+        seed = run_order.repetition_seed(workload.seed, repetition)
+        point_workload = replace(workload, history_tokens=[history], seed=seed)
+        pid_key = point_key(dep, flow, point_workload, history, repetition)
+        points.append(
+            Point(
+                point_id=f"{flow.value}-h{history}-r{repetition}-{stable_hash(pid_key, 10)}",
+                deployment_id=dep.deployment_id,
+                flow=flow,
+                history_tokens=history,
+                workload=point_workload,
+                repetition=repetition,
+                order_index=index,
+            )
+        )
+    return points
+
+
 def make_plan(cfg: RunConfig) -> Plan:
-    """Deployments (one per ``kv_recompute_threshold``) x Points (flow x history length)."""
+    """Deployments (one per ``kv_recompute_threshold``) x Points (flow x history length x
+    repetition), each Deployment's Points in its run order."""
     cfg = copy.deepcopy(cfg)  # the plan owns its configs: later edits of cfg do not leak in
     flows = list(dict.fromkeys(cfg.flow.flows))
     bidirectional = any(f in (Flow.pull, Flow.decode_first) for f in flows)
@@ -253,19 +294,5 @@ def make_plan(cfg: RunConfig) -> Plan:
         )
         dep.deployment_id = f"{name}-{stable_hash(dep.key(), 8)}"
         plan.deployments.append(dep)
-        points = []
-        for history in cfg.workload.history_tokens:
-            workload = replace(cfg.workload, history_tokens=[history])
-            for flow in flows:
-                pid_key = point_key(dep, flow, workload, history)
-                points.append(
-                    Point(
-                        point_id=f"{flow.value}-h{history}-{stable_hash(pid_key, 10)}",
-                        deployment_id=dep.deployment_id,
-                        flow=flow,
-                        history_tokens=history,
-                        workload=workload,
-                    )
-                )
-        plan.points[dep.deployment_id] = points
+        plan.points[dep.deployment_id] = deployment_points(dep, flows, cfg.workload)
     return plan

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import statistics
 from collections import defaultdict
 from typing import Any
 
@@ -10,32 +11,44 @@ from rich.table import Table
 
 
 def ttft_by_turn(points: list[dict[str, Any]]) -> tuple[list[str], list[list[str]]]:
-    """Columns (flows) and rows (turns) of median TTFT in ms, with tokens computed / pulled."""
-    cells: dict[tuple[int, str], str] = {}
+    """Columns (flows, by history length where several) and rows (turns) of median TTFT in
+    ms, with tokens computed / pulled; over repetitions, the median of their medians."""
+    cells: dict[tuple[int, str], list[dict[str, Any]]] = defaultdict(list)
+    failed: set[str] = set()
     flows: list[str] = []
     turns: set[int] = set()
+    histories = {p["workload"].get("history_tokens", 0) for p in points}
     for p in points:
-        key = (
-            p["flow"]
-            if len(points) == len({q["flow"] for q in points})
-            else (f"{p['flow']} h={p['workload'].get('history_tokens', 0)}")
-        )
+        h = p["workload"].get("history_tokens", 0)
+        key = p["flow"] if len(histories) == 1 else f"{p['flow']} h={h}"
         if key not in flows:
             flows.append(key)
-        if p.get("status") != "ok":
-            for row in p.get("by_turn", []):
-                turns.add(row["turn"])
-            cells[(0, key)] = "failed"
-            continue
-        for row in p["by_turn"]:
+        for row in p.get("by_turn", []):
             turns.add(row["turn"])
-            cells[(row["turn"], key)] = (
-                f"{row['ttft_ms_p50']:.0f} ms (computed "
-                f"{row['prefill_tokens_computed']:.0f}, pulled {row['tokens_pulled']:.0f})"
-            )
-    rows = [
-        [str(t)] + [cells.get((t, f), cells.get((0, f), "-")) for f in flows] for t in sorted(turns)
-    ]
+            if p.get("status") == "ok":
+                cells[(row["turn"], key)].append(row)
+        if p.get("status") != "ok":
+            failed.add(key)
+
+    def cell(turn: int, key: str) -> str:
+        rows = cells.get((turn, key))
+        if not rows:
+            return "failed" if key in failed else "-"
+        reps = f", {len(rows)} reps" if len(rows) > 1 else ""
+        return (
+            f"{statistics.median(r['ttft_ms_p50'] for r in rows):.0f} ms (computed "
+            f"{statistics.median(r['prefill_tokens_computed'] for r in rows):.0f}, pulled "
+            f"{statistics.median(r['tokens_pulled'] for r in rows):.0f}{reps})"
+        )
+
+    order = {p["flow"]: i for i, p in reversed(list(enumerate(points)))}
+
+    def position(key: str) -> tuple[int, int]:
+        flow, _, h = key.partition(" h=")
+        return order[flow], int(h or 0)
+
+    flows.sort(key=position)
+    rows = [[str(t)] + [cell(t, f) for f in flows] for t in sorted(turns)]
     return flows, rows
 
 

@@ -57,6 +57,17 @@ class RequestRecord:
     start_s: float  # seconds since the Point started
     status: str = "ok"  # ok | failed
     error: str = ""
+    request_id: str = ""  # the router's id of the turn: P's vLLM request <id>-p, D's <id>-d
+    # The router's clock over the turn (ms; pdbench.router.TurnTiming): route, p, gap, d
+    router_spans_ms: dict[str, float] = field(default_factory=dict)
+    # TTFT in parts (ms; pdbench/ttft_split.py): router_ms, p_queue_ms, p_compute_ms,
+    # p_pull_ms, handoff_ms, d_first_step_ms and residual_ms (TTFT minus the others); a part
+    # the route does not have is 0. {} when nothing could be split (failed request).
+    ttft_split: dict[str, float] = field(default_factory=dict)
+    split_source: str = ""  # "per_request" | "per_wave_histogram" (ttft_split.SOURCES)
+    # The residual's own parts where measured (ms): client_ms (client <-> router and the
+    # relay), p_http_ms (P's answer outside its engine), d_http_ms (D's, to its first chunk)
+    ttft_residual_ms: dict[str, float] = field(default_factory=dict)
     path: str = ""  # the router's route for this turn (e.g. "pull", "recompute", "agg")
     cached_tokens: int = -1  # the server's prompt_tokens_details.cached_tokens, -1: absent
     prefill_ms: float = -1.0  # P's share of TTFT as the router saw it, -1: P not asked
@@ -107,6 +118,14 @@ class TurnRow:
     paths: dict[str, int] = field(default_factory=dict)
     # P's share of TTFT (router clock; -1: P not asked): TTFT minus this is D's share.
     prefill_ms_p50: float = -1.0
+    # NIXL transfers read during this turn, per instance: {"bytes", "seconds", "count"}
+    # (vllm:nixl_* as the reader counts them: a prefill instance's are P<-D pulls of the
+    # history, a decode instance's D<-P reads of P's prefill)
+    nixl: dict[str, dict[str, float]] = field(default_factory=dict)
+    # Mean TTFT parts of the turn's answered requests (ms; RequestRecord.ttft_split), and
+    # how many of them were split per request / per wave
+    ttft_split_mean: dict[str, float] = field(default_factory=dict)
+    split_sources: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass
@@ -125,7 +144,9 @@ class PointResult:
     error: str
     flow: str
     deployment: dict[str, Any]
-    workload: dict[str, Any]
+    workload: dict[str, Any]  # its ``repetition`` and ``history_tokens`` included
+    repetition: int = 0  # 0-based: independent Points of one (deployment, flow, history)
+    order_index: int = -1  # its place in its Deployment's run order (pdbench/run_order.py)
     summary: Summary = field(default_factory=Summary)
     by_turn: list[TurnRow] = field(default_factory=list)
     transfer: TransferTotals = field(default_factory=TransferTotals)

@@ -39,7 +39,10 @@ from pdbench.router_headers import (
     CONVERSATION_HEADER,
     PATH_HEADER,
     PREFILL_MS_HEADER,
+    REQUEST_ID_HEADER,
+    ROUTER_SPANS_HEADER,
     TURN_HEADER,
+    format_spans,
 )
 
 FLOWS = tuple(f.value for f in Flow)
@@ -84,6 +87,30 @@ class RouterStats:
     missing_params: int = 0  # turns whose D params never came: the next turn recomputes
     failed: int = 0
     retries: int = 0
+
+
+@dataclass
+class TurnTiming:
+    """The router's clock (``time.perf_counter``) over one turn; 0: that step did not happen."""
+
+    received: float  # the request arrived (before its body was read)
+    p_sent: float = 0.0
+    p_answered: float = 0.0
+    d_sent: float = 0.0  # the request to D (agg: to the serving instance) was sent
+    d_first: float = 0.0  # D's first chunk arrived
+
+    def spans_ms(self) -> dict[str, float]:
+        """``route``: received -> first upstream send; ``p``: P's answer; ``gap``: P answered ->
+        D sent; ``d``: D sent -> D's first chunk (``ROUTER_SPANS_HEADER``)."""
+        first_send = self.p_sent or self.d_sent
+        p = self.p_answered - self.p_sent if self.p_sent else 0.0
+        gap = self.d_sent - self.p_answered if self.p_sent else 0.0
+        return {
+            "route": (first_send - self.received) * 1e3,
+            "p": p * 1e3,
+            "gap": gap * 1e3,
+            "d": (self.d_first - self.d_sent) * 1e3,
+        }
 
 
 def pick(urls: list[str], conversation: str) -> str:
@@ -150,7 +177,7 @@ class Router:
 
     # ---- HTTP ----
     async def handle_completions(self, request):
-
+        received = time.perf_counter()
         raw = await request.read()
         body = _loads(raw)
         conversation = request.headers.get(CONVERSATION_HEADER, uuid.uuid4().hex)
@@ -171,33 +198,39 @@ class Router:
             settled = state.settled = asyncio.Event()
         try:
             route = (path, p_params, d_alone)
-            return await self._route(request, state, conversation, route, body, raw, rid, settled)
+            timing = TurnTiming(received)
+            return await self._route(
+                request, state, conversation, route, body, raw, rid, settled, timing
+            )
         finally:
             if settled is not None:
                 settled.set()
                 if state.settled is settled:
                     state.settled = None
 
-    async def _route(self, request, state, conversation, route, body, raw, rid, settled):
-        """Send one turn along ``route`` (path, P's params, D alone); remember D's params
-        when ``settled`` (a pull or decode-first turn)."""
+    async def _route(self, request, state, conversation, route, body, raw, rid, settled, timing):
+        """Send one turn along ``route`` (path, P's params, D alone), its spans in ``timing``;
+        remember D's params when ``settled`` (a pull or decode-first turn)."""
         path, p_params, d_alone = route
         c = self.config
+        extra = {REQUEST_ID_HEADER: rid}
         try:
             if path == "agg":
                 target = pick(c.agg_urls or c.decode_urls, conversation)
-                return await self._relay(request, target, body, rid, path, raw=raw)
+                return await self._relay(request, target, body, rid, path, raw, extra, timing)
             d_url = pick(c.decode_urls, conversation)
-            extra: dict[str, str] = {}
             if d_alone:
                 d_body = dict(body, kv_transfer_params=dict(D_ALONE_PARAMS))
             else:
                 p_url = pick(c.prefill_urls, conversation)
-                sent = time.perf_counter()
+                timing.p_sent = time.perf_counter()
                 p_resp = await self._post_json(p_url, prefill_body(body, p_params), f"{rid}-p")
-                extra[PREFILL_MS_HEADER] = f"{(time.perf_counter() - sent) * 1e3:.3f}"
+                timing.p_answered = time.perf_counter()
+                extra[PREFILL_MS_HEADER] = f"{(timing.p_answered - timing.p_sent) * 1e3:.3f}"
                 d_body = dict(body, kv_transfer_params=p_resp.get("kv_transfer_params"))
-            response = await self._relay(request, d_url, d_body, f"{rid}-d", path, headers=extra)
+            response = await self._relay(
+                request, d_url, d_body, f"{rid}-d", path, None, extra, timing
+            )
         except Exception as exc:  # upstream failure: a clear error, never a silent drop
             self.stats.failed += 1
             return web.json_response(
@@ -270,24 +303,36 @@ class Router:
         path: str,
         raw: bytes | None = None,
         headers: dict[str, str] | None = None,
+        timing: TurnTiming | None = None,
     ):
-        """Forward to ``url`` and pass its answer through, streamed when the client streams."""
+        """Forward to ``url`` and pass its answer through, streamed when the client streams.
+        A stream's headers go out with its first chunk, so that they can carry the router's
+        spans up to that chunk (``ROUTER_SPANS_HEADER``)."""
 
         headers = {PATH_HEADER: path, **(headers or {})}
+        timing = timing or TurnTiming(time.perf_counter())
+        timing.d_sent = time.perf_counter()
         async with await self._send(url, body, rid, raw) as upstream:
             if upstream.status != 200 or not body.get("stream"):
                 payload = await upstream.read()
+                timing.d_first = time.perf_counter()
+                headers[ROUTER_SPANS_HEADER] = format_spans(timing.spans_ms())
                 return web.Response(
                     body=payload,
                     status=upstream.status,
                     content_type="application/json",
                     headers=headers,
                 )
+            chunks = upstream.content.iter_any()
+            first = await anext(chunks, b"")
+            timing.d_first = time.perf_counter()
+            headers[ROUTER_SPANS_HEADER] = format_spans(timing.spans_ms())
             response = web.StreamResponse(
                 status=200, headers={"Content-Type": "text/event-stream", **headers}
             )
             await response.prepare(request)
-            async for chunk in upstream.content.iter_any():
+            await response.write(first)
+            async for chunk in chunks:
                 await response.write(chunk)
             await response.write_eof()
             return response

@@ -81,7 +81,14 @@ def check_counts(cfg: RunConfig) -> list[ConfigProblem]:
     if topo.prefill.count + topo.decode.count + topo.agg.count == 0:
         out.add("topology", topo.name, "has no instance", "give prefill/decode or agg a count")
     need("cluster.nodes", cfg.cluster.nodes, 1, "1 or more")
-    for name in ("conversations", "turns", "user_tokens", "output_tokens", "concurrency"):
+    for name in (
+        "conversations",
+        "turns",
+        "user_tokens",
+        "output_tokens",
+        "concurrency",
+        "repetitions",
+    ):
         need(f"workload.{name}", getattr(w, name), 1, "1 or more")
     need("workload.request_rate", w.request_rate, 0, "0 (as fast as concurrency allows) or more")
     if w.request_timeout_s <= 0:

@@ -26,7 +26,10 @@ from pdbench.router_headers import (
     CONVERSATION_HEADER,
     PATH_HEADER,
     PREFILL_MS_HEADER,
+    REQUEST_ID_HEADER,
+    ROUTER_SPANS_HEADER,
     TURN_HEADER,
+    parse_spans,
 )
 
 T = TypeVar("T")
@@ -157,6 +160,8 @@ async def stream_one(
         async with session.post(f"{opts.url}/v1/completions", data=data, headers=headers) as resp:
             record.path = resp.headers.get(PATH_HEADER, "")
             record.prefill_ms = float(resp.headers.get(PREFILL_MS_HEADER, -1.0))
+            record.request_id = resp.headers.get(REQUEST_ID_HEADER, "")
+            record.router_spans_ms = parse_spans(resp.headers.get(ROUTER_SPANS_HEADER, ""))
             if resp.status != 200:
                 text = await resp.text()
                 raise RuntimeError(f"HTTP {resp.status}: {text[:500]}")

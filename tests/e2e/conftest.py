@@ -46,11 +46,21 @@ def server_pids(run_dir: Path | None = None) -> list[int]:
     return pids
 
 
-def load_points(run_dir: Path) -> dict[str, dict]:
-    return {
-        json.loads(p.read_text())["flow"]: json.loads(p.read_text())
-        for p in sorted((run_dir / "points").glob("*.json"))
-    }
+def load_points(run_dir: Path, repetition: int = 0) -> dict[str, dict]:
+    """One repetition's Point records by flow (its flows share the same conversations)."""
+    records = [json.loads(p.read_text()) for p in sorted((run_dir / "points").glob("*.json"))]
+    return {r["flow"]: r for r in records if r.get("repetition", 0) == repetition}
+
+
+def all_points(run_dir: Path) -> list[dict]:
+    """Every Point record, in the run order (``order_index``)."""
+    records = [json.loads(p.read_text()) for p in (run_dir / "points").glob("*.json")]
+    return sorted(records, key=lambda r: (r["deployment"]["deployment_id"], r["order_index"]))
+
+
+def request_records(run_dir: Path, point: dict) -> list[dict]:
+    lines = (run_dir / point["requests_file"]).read_text().splitlines()
+    return [json.loads(line) for line in lines if line.strip()]
 
 
 def outputs_by_turn(run_dir: Path, point: dict) -> dict[tuple[int, int], list[int]]:

@@ -38,7 +38,7 @@ def test_crossover_preset_measures_where_pull_starts_to_win(tmp_path):
             "+experiment=crossover",
             "workload.history_tokens=[64,1024]",
             "workload.conversations=1",
-            "workload.concurrency=1",
+            "workload.repetitions=2",
         ],
         tmp_path / "run",
     )
@@ -57,7 +57,7 @@ def test_threshold_sweep_restarts_servers_per_value_and_names_the_best(tmp_path)
             "flow.kv_recompute_thresholds=[0,1024]",
             "workload.history_tokens=[512]",
             "workload.conversations=1",
-            "workload.concurrency=1",
+            "workload.repetitions=2",
         ],
         run_dir,
     )

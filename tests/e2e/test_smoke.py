@@ -6,7 +6,14 @@ import json
 
 import pytest
 
-from tests.e2e.conftest import load_points, outputs_by_turn, run_pdbench, server_pids
+from tests.e2e.conftest import (
+    all_points,
+    load_points,
+    outputs_by_turn,
+    request_records,
+    run_pdbench,
+    server_pids,
+)
 
 pytestmark = pytest.mark.e2e
 
@@ -130,3 +137,99 @@ def test_rerun_skips_points_recorded_ok(smoke_run):
     assert "already recorded ok" in proc.stdout
     after = {p.name: p.stat().st_mtime_ns for p in (run_dir / "points").glob("*.json")}
     assert after == before
+
+
+def test_repetitions_run_in_seeded_blocks_the_launch_record_keeps(smoke_run):
+    """Each repetition is its own Point; the order interleaves flows in blocks (every flow
+    once per block, blocks of one (history, repetition)); the launch record holds it."""
+    run_dir, proc = smoke_run
+    points = all_points(run_dir)
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    workload = manifest["config"]["workload"]
+    flows = set(manifest["config"]["flow"]["flows"])
+    reps = workload["repetitions"]
+    assert reps >= 2
+    assert len(points) == len(flows) * reps * len(workload["history_tokens"])
+    assert [p["order_index"] for p in points] == list(range(len(points)))
+    for p in points:
+        assert p["workload"]["repetition"] == p["repetition"]
+    blocks = [points[i : i + len(flows)] for i in range(0, len(points), len(flows))]
+    for block in blocks:
+        assert {p["flow"] for p in block} == flows
+        assert len({(p["workload"]["history_tokens"], p["repetition"]) for p in block}) == 1
+    # measured in that order: start times rise with the order index
+    starts = [p["started_at"] for p in points]
+    assert starts == sorted(starts)
+    dep_id = points[0]["deployment"]["deployment_id"]
+    launch = json.loads((run_dir / "launch" / f"{dep_id}.json").read_text())
+    assert launch["run_order"] == [p["point_id"] for p in points]
+    assert launch["order_seed"] == workload["order_seed"]
+    # repetitions are fresh conversations; flows of one repetition share their tokens
+    first_prompts = {}
+    for p in points:
+        recs = request_records(run_dir, p)
+        turn1 = sorted((r["conversation"], r["prompt_tokens"]) for r in recs if r["turn"] == 1)
+        first_prompts.setdefault(p["repetition"], set()).add(tuple(turn1))
+    assert all(len(v) == 1 for v in first_prompts.values())
+    agg = {p["repetition"]: outputs_by_turn(run_dir, p) for p in points if p["flow"] == "agg"}
+    assert agg[0] != agg[1]  # other tokens in, other tokens out
+    # the warm-up ran every flow at the measured history length, its records kept apart
+    lines = (run_dir / "warmup" / f"{dep_id}.jsonl").read_text().splitlines()
+    warm = [json.loads(line) for line in lines if line.strip()]
+    assert {(r["flow"], r["history_tokens"]) for r in warm if r["turn"] == 1} == {
+        (f, h) for f in flows for h in workload["history_tokens"]
+    }
+
+
+def test_ttft_split_adds_up_to_ttft_per_request(smoke_run):
+    """Every answered request's TTFT in parts (ttft_split.PARTS): the parts sum to TTFT, the
+    residual is the measured time outside the engines (client, P's and D's HTTP)."""
+    run_dir, _ = smoke_run
+    parts = {
+        "router_ms",
+        "p_queue_ms",
+        "p_compute_ms",
+        "p_pull_ms",
+        "handoff_ms",
+        "d_first_step_ms",
+        "residual_ms",
+    }
+    for p in all_points(run_dir):
+        flow = p["flow"]
+        for r in request_records(run_dir, p):
+            split = r["ttft_split"]
+            assert set(split) == parts, (flow, split)
+            # 1p1d: agg runs on decode0, which has the plugin: every request has its lines
+            assert r["split_source"] == "per_request", (flow, r["turn"])
+            assert sum(split.values()) == pytest.approx(r["ttft_ms"], abs=1e-6)
+            residual = r["ttft_residual_ms"]
+            assert sum(residual.values()) == pytest.approx(split["residual_ms"], abs=1e-3)
+            # spans of one clock nested in another's: never negative beyond clock skew
+            assert all(v > -1.0 for v in residual.values()), residual
+            assert all(v >= 0 for k, v in split.items() if k != "residual_ms"), split
+            assert split["residual_ms"] < r["ttft_ms"]
+            if flow == "agg":
+                assert split["p_compute_ms"] == split["handoff_ms"] == 0
+                assert set(residual) == {"client_ms", "d_http_ms"}
+            else:
+                assert split["p_compute_ms"] > 0 and split["handoff_ms"] > 0
+            pulled = flow == "pull" and r["turn"] > 1
+            assert (split["p_pull_ms"] > 0) == pulled, (flow, r["turn"], split)
+        for row in p["by_turn"]:
+            assert row["split_sources"] == {"per_request": row["requests"]}
+            assert sum(row["ttft_split_mean"].values()) == pytest.approx(row["ttft_ms_mean"])
+
+
+def test_turn_rows_keep_nixl_seconds_and_counts_per_instance(smoke_run):
+    run_dir, _ = smoke_run
+    for flow, p in load_points(run_dir).items():
+        for row in p["by_turn"]:
+            nixl = row["nixl"]
+            if flow == "agg":
+                assert nixl == {}, row
+                continue
+            # D reads P's prefill every P/D turn; P pulls the history from D from turn 2 on
+            assert nixl["decode0"]["count"] > 0 and nixl["decode0"]["seconds"] > 0
+            pulls = nixl.get("prefill0", {"count": 0, "bytes": 0})
+            assert (pulls["count"] > 0) == (flow == "pull" and row["turn"] > 1), (flow, row)
+            assert pulls["bytes"] == pytest.approx(row["bytes_pulled"])

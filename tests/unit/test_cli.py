@@ -130,7 +130,12 @@ def test_check_validates_and_exits_0():
 
 def test_a_dry_run_sweep_leaves_nothing_behind(tmp_path):
     out = pdbench(
-        "-m", "+experiment=smoke", "workload.turns=1,2", "launch.dry_run=true", cwd=tmp_path
+        "-m",
+        "+experiment=smoke",
+        "workload.turns=1,2",
+        "workload.repetitions=1",
+        "launch.dry_run=true",
+        cwd=tmp_path,
     )
     assert out.returncode == 0, out.stderr
     assert out.stdout.count("point pull-h0-") == 2

@@ -39,6 +39,7 @@ CORE = {
     "pdbench.validate",
     "pdbench.lengths",
     "pdbench.plan",
+    "pdbench.run_order",
     "pdbench.serve_command",
     "pdbench.sbatch",
     "pdbench.launch_spec",
@@ -73,6 +74,7 @@ PLUGIN = {
     "connector.vllm_plugin",
     "connector.tracing",
     "connector.transfer_trace",
+    "connector.request_timing",
     "connector.core_binding",
     "connector.kv_params_service",
 }

@@ -66,6 +66,39 @@ def test_turn_row_attributes_by_role():
     assert attribution.turn_row(1, agg, deltas, [], ["prefill0"]).prefill_ms_p50 == -1.0
 
 
+def test_turn_row_keeps_nixl_seconds_and_counts_per_instance():
+    deltas = {
+        "prefill0": {
+            "vllm:nixl_bytes_transferred_sum": 4096.0,
+            "vllm:nixl_xfer_time_seconds_sum": 0.002,
+            "vllm:nixl_xfer_time_seconds_count": 2.0,
+        },
+        "decode0": {
+            "vllm:nixl_bytes_transferred_sum": 8192.0,
+            "vllm:nixl_xfer_time_seconds_sum": 0.003,
+            "vllm:nixl_xfer_time_seconds_count": 2.0,
+        },
+        "agg0": {"vllm:prompt_tokens_total": 5.0},  # read nothing: no entry
+    }
+    recs = [RequestRecord(0, 2, "pull", 100, 60, [1], 10.0, [], 20.0, 0.0)]
+    row = attribution.turn_row(2, recs, deltas, ["prefill0"], ["prefill0"])
+    assert row.nixl == {
+        "prefill0": {"bytes": 4096.0, "seconds": 0.002, "count": 2.0},  # P<-D pulls
+        "decode0": {"bytes": 8192.0, "seconds": 0.003, "count": 2.0},  # D<-P reads
+    }
+    assert row.bytes_pulled == 4096.0  # unchanged: P's reads only
+
+
+def test_turn_row_split_means_and_sources():
+    recs = [RequestRecord(c, 2, "pull", 100, 60, [1], 10.0, [], 20.0, 0.0) for c in range(3)]
+    recs[0].ttft_split, recs[0].split_source = {"router_ms": 1.0, "residual_ms": 9.0}, "per_request"
+    recs[1].ttft_split, recs[1].split_source = {"router_ms": 3.0, "residual_ms": 7.0}, "per_request"
+    row = attribution.turn_row(2, recs, {}, [], [])
+    attribution.add_split(row, recs)
+    assert row.ttft_split_mean == {"router_ms": 2.0, "residual_ms": 8.0}
+    assert row.split_sources == {"per_request": 2}
+
+
 def test_percentiles_and_summary_count_failures():
     assert attribution.percentile([1, 2, 3, 4], 50) == 2.5
     recs = [

@@ -12,7 +12,9 @@ def test_smoke_plan_one_deployment_three_points():
     assert len(plan.deployments) == 1
     dep = plan.deployments[0]
     assert [i.role for i in dep.instances] == ["prefill", "decode"]
-    assert [p.flow for p in plan.points[dep.deployment_id]] == [Flow.agg, Flow.recompute, Flow.pull]
+    points = plan.points[dep.deployment_id]
+    assert sorted(p.flow.value for p in points) == ["agg", "pull", "recompute"]
+    assert [p.order_index for p in points] == [0, 1, 2]
     assert dep.bidirectional  # pull needs it
 
 
@@ -101,3 +103,69 @@ def test_on_failure_stop_ends_the_run_only_after_a_failed_deployment(tmp_path):
     assert not stop_after(cfg, plan, store, first, {"result": {}})  # default: continue
     cfg.launch.on_failure = "stop"
     assert stop_after(cfg, plan, store, first, {"result": {}})
+
+
+def design_plan(repetitions=3, histories=(64, 256, 1024), order_seed=0):
+    cfg = cpu_run()
+    cfg.workload.history_tokens = list(histories)
+    cfg.workload.repetitions = repetitions
+    cfg.workload.order_seed = order_seed
+    return cfg, make_plan(cfg)
+
+
+def test_run_order_is_a_permutation_of_every_point_in_complete_blocks():
+    cfg, plan = design_plan()
+    points = plan.all_points()
+    flows = {Flow.agg, Flow.recompute, Flow.pull}
+    cells = {(p.flow, p.history_tokens, p.repetition) for p in points}
+    assert len(points) == len(cells) == 3 * 3 * 3  # flow x history x repetition, each once
+    assert [p.order_index for p in points] == list(range(len(points)))
+    blocks = [points[i : i + len(flows)] for i in range(0, len(points), len(flows))]
+    for block in blocks:  # each block: one (history, repetition) with every flow
+        assert {p.flow for p in block} == flows
+        assert len({(p.history_tokens, p.repetition) for p in block}) == 1
+    # flows shuffled within blocks, blocks shuffled (seed 0; all alike by chance: ~1e-6)
+    assert len({tuple(p.flow for p in block) for block in blocks}) > 1
+    keys = [(b[0].history_tokens, b[0].repetition) for b in blocks]
+    assert keys != sorted(keys)
+
+
+def test_run_order_is_seeded_reproducible_and_recorded():
+    from pdbench.launch_spec import build_launch
+
+    _, a = design_plan(order_seed=7)
+    _, b = design_plan(order_seed=7)
+    _, c = design_plan(order_seed=8)
+    ids = [p.point_id for p in a.all_points()]
+    assert ids == [p.point_id for p in b.all_points()]
+    assert ids != [p.point_id for p in c.all_points()]
+    assert sorted(ids) == sorted(p.point_id for p in c.all_points())  # the seed: order only
+    cfg, plan = design_plan(order_seed=7)
+    spec = build_launch(cfg, plan, "/models/m", [d.deployment_id for d in plan.deployments])
+    (dep,) = spec.deployments
+    assert dep.run_order == ids and dep.order_seed == 7
+
+
+def test_repetitions_differ_in_seed_and_share_token_ids_across_flows():
+    from pdbench.workload import build_conversations
+
+    _, plan = design_plan(repetitions=2, histories=(64,))
+    points = plan.all_points()
+    by_rep = {}
+    for p in points:
+        convs = build_conversations(p.workload, p.history_tokens, vocab_size=512)
+        by_rep.setdefault(p.repetition, []).append((p.workload.seed, convs))
+    seeds = {rep: {seed for seed, _ in runs} for rep, runs in by_rep.items()}
+    assert all(len(s) == 1 for s in seeds.values()) and seeds[0] != seeds[1]
+    for runs in by_rep.values():  # every flow of one repetition: the same conversations
+        assert all(convs == runs[0][1] for _, convs in runs)
+    assert by_rep[0][0][1][0].prefix != by_rep[1][0][1][0].prefix
+    records = [p.workload_record() for p in points]
+    assert {r["repetition"] for r in records} == {0, 1}
+    assert all("repetitions" not in r and "order_seed" not in r for r in records)
+
+
+def test_more_repetitions_keep_the_ids_of_those_measured():
+    _, two = design_plan(repetitions=2)
+    _, three = design_plan(repetitions=3)
+    assert {p.point_id for p in two.all_points()} < {p.point_id for p in three.all_points()}

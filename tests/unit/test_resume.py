@@ -48,13 +48,14 @@ def test_the_dry_run_lists_the_points_it_would_skip_and_run_and_writes_nothing(
     plan = make_plan(cfg)
     store = RunStore(run_dir)
     write_manifest(cfg, plan, store, "/model")
-    agg, recompute, pull = plan.all_points()
+    agg, *rest = plan.all_points()  # the smoke preset measures several repetitions
     record(store, agg, PointStatus.ok)
     before = sorted((p, p.stat().st_mtime_ns) for p in run_dir.rglob("*"))
     out = pdbench("+experiment=smoke", f"dir={run_dir}", "launch.dry_run=true")
     assert out.returncode == 0, out.stderr
-    assert f"{run_dir} holds records: 1 Point(s) recorded ok are skipped, 2 run:" in out.stdout
+    head = f"{run_dir} holds records: 1 Point(s) recorded ok are skipped, {len(rest)} run:"
+    assert head in out.stdout
     assert f"  skip {agg.point_id} (ok)" in out.stdout
-    assert f"  run  {recompute.point_id} (pending)" in out.stdout
-    assert f"  run  {pull.point_id} (pending)" in out.stdout
+    for point in rest:
+        assert f"  run  {point.point_id} (pending)" in out.stdout
     assert sorted((p, p.stat().st_mtime_ns) for p in run_dir.rglob("*")) == before
