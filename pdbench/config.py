@@ -206,7 +206,17 @@ class ServerConfig:
     max_num_seqs: int = 16
     gpu_memory_utilization: float = 0.85
     cpu_kvcache_space_gb: int = 1
+    # Cores (OMP threads) of each TP rank on CPU builds: an instance of TP n is pinned to
+    # n x this many cores, one set per rank (VLLM_CPU_OMP_THREADS_BIND "a|b").
     cpu_threads_per_instance: int = 1
+    # Let ranks share cores when the plan needs more than a node has (local executor):
+    # an instance's ranks share its own cores first (README, "Heterogeneous TP on CPU").
+    cpu_share_cores: bool = False
+    # KV-cache blocks of each prefill / decode instance (vLLM --num-gpu-blocks-override);
+    # 0: what memory holds. A small prefill cache makes P evict (cache_pressure); a small
+    # one everywhere makes NIXL's handshake register fewer blocks.
+    prefill_kv_blocks: int = 0
+    decode_kv_blocks: int = 0
     # The three below are chosen per cluster kind in conf/config.yaml (``by_device``): vLLM's
     # own values on GPU clusters, the CPU presets' on CPU ones. Set them to override.
     # CUDA graphs on (vLLM's default); true only where there are none (vLLM-CPU).

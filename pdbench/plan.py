@@ -5,11 +5,13 @@ flags, ``kv_recompute_threshold``); a Point is one measured workload on it (flow
 length). Ids are hashes of the configs that define them, so a rerun finds what is done.
 
 Placement: instances are laid out in a fixed order (prefill, decode, agg). ``same_node``
-packs them onto node 0 while they fit (GPUs by TP, or CPU cores by threads) and spills to
-the next node; ``cross_node`` puts prefill instances on the first nodes and decode
-instances on the nodes after them. Ports: instance ``i`` (global order) listens on
-``server.base_port + i`` and uses NIXL side-channel ports from
-``server.side_channel_base_port + 64 * i`` (one per TP rank).
+packs them onto node 0 while they fit (GPUs by TP, or CPU cores by TP x threads per rank)
+and spills to the next node; ``cross_node`` puts prefill instances on the first nodes and
+decode instances on the nodes after them. On CPU each TP rank gets its own cores; with
+``server.cpu_share_cores`` an instance whose ranks do not fit the cores left shares those
+among its ranks (``cpu_cores``). Ports: instance ``i`` (global order) listens on
+``server.base_port + i`` and its NIXL side channel on ``server.side_channel_base_port + 64 *
+i`` (vLLM 0.32's scheduler answers there for every rank; the stride leaves room).
 """
 
 from __future__ import annotations
@@ -49,9 +51,16 @@ class Instance:
     node: int  # plan node index == task rank
     tp: int
     gpus: tuple[int, ...]  # device indices on its node; () on CPU
-    cpus: tuple[int, ...]  # cores it is pinned to (CPU builds)
+    cpus: tuple[int, ...]  # cores it is pinned to (CPU builds), rank 0's first
     http_port: int
     side_channel_port: int
+
+    def rank_cpus(self) -> list[tuple[int, ...]]:
+        """The cores of each TP rank: ``cpus`` cut into ``tp`` equal slices, in rank order."""
+        if not self.cpus:
+            return []
+        per_rank = max(1, len(self.cpus) // self.tp)
+        return [self.cpus[r * per_rank : (r + 1) * per_rank] for r in range(self.tp)]
 
 
 @dataclass
@@ -171,25 +180,42 @@ def _role_order(cfg: RunConfig) -> list[tuple[str, str, int]]:
     return out
 
 
+def cpu_cores(cursor: int, tp: int, threads: int, capacity: int, share: bool) -> tuple[int, ...]:
+    """The cores of one CPU instance, rank by rank (``threads`` each), from ``cursor`` on.
+
+    Cores are counted across the whole plan (plan nodes sharing one host, as with the local
+    executor or the local SLURM test cluster, never pin two servers to one core). When the
+    instance does not fit the cores left and ``share`` allows it, its ranks share the cores
+    left (at least ``threads`` of them) rather than another instance's: TP ranks of one
+    server wait for each other at every layer anyway, another server would not.
+    """
+    need = tp * threads
+    left = capacity - cursor % capacity if cursor < capacity else 0
+    if share and need > left >= threads:
+        pool = [cursor + k for k in range(left)]
+        return tuple(pool[(r * threads + k) % left] for r in range(tp) for k in range(threads))
+    return tuple((cursor + k) % capacity for k in range(need))
+
+
 def place_instances(cfg: RunConfig) -> tuple[list[Instance], int]:
     """Lay instances onto nodes; returns the instances and the number of nodes used."""
     kind, capacity = _node_capacity(cfg)
     threads = cfg.server.cpu_threads_per_instance
+    share = kind == "cpu" and cfg.server.cpu_share_cores
     instances: list[Instance] = []
     node, used = 0, 0
     cross = cfg.topology.placement is Placement.cross_node
     previous_role = None
     core_cursor = 0
     for index, (name, role, tp) in enumerate(_role_order(cfg)):
-        need = tp if kind == "gpu" else threads
+        need = tp if kind == "gpu" else tp * threads
         role_changed = previous_role is not None and role != previous_role
-        if (cross and role_changed and role == "decode") or (used and used + need > capacity):
+        full = used and used + need > capacity and not share
+        if (cross and role_changed and role == "decode") or full:
             node, used = node + 1, 0
         gpus = tuple(range(used, used + tp)) if kind == "gpu" else ()
-        # CPU cores count across the whole plan so that plan nodes sharing one host (local
-        # executor, local SLURM test cluster) do not pin two servers to the same core.
-        cpus = tuple((core_cursor + k) % capacity for k in range(threads)) if kind == "cpu" else ()
-        core_cursor += threads
+        cpus = cpu_cores(core_cursor, tp, threads, capacity, share) if kind == "cpu" else ()
+        core_cursor += len(set(cpus)) if share else need
         used += need
         instances.append(
             Instance(

@@ -1,7 +1,7 @@
 import pytest
 
 from pdbench.config import Flow, Placement
-from pdbench.plan import SIDE_CHANNEL_STRIDE, make_plan
+from pdbench.plan import SIDE_CHANNEL_STRIDE, cpu_cores, make_plan
 from tests.unit.helpers import cpu_run, gpu_run
 
 pytestmark = pytest.mark.unit
@@ -23,6 +23,35 @@ def test_cpu_instances_pinned_to_distinct_cores_and_ports():
     assert p.http_port != d.http_port
     assert d.side_channel_port - p.side_channel_port == SIDE_CHANNEL_STRIDE
     assert dep.agg_instance is d  # no agg instance in 1p1d: agg runs on D
+
+
+def test_cpu_tp_ranks_get_their_own_cores():
+    cfg = cpu_run()
+    cfg.cluster.cpus_per_node = 8
+    cfg.server.cpu_threads_per_instance = 2
+    cfg.topology.decode.tp = 2
+    p, d = make_plan(cfg).deployments[0].instances
+    assert p.cpus == (0, 1) and p.rank_cpus() == [(0, 1)]
+    assert d.cpus == (2, 3, 4, 5) and d.rank_cpus() == [(2, 3), (4, 5)]
+    assert d.side_channel_port - p.side_channel_port == SIDE_CHANNEL_STRIDE  # one per instance
+
+
+def test_shared_cores_keep_p_alone_and_share_d_ranks():
+    # 2 cores, P TP1 + D TP2 with cpu_share_cores: D's ranks share the core P leaves.
+    cfg = cpu_run()
+    cfg.topology.decode.tp = 2
+    cfg.server.cpu_share_cores = True
+    dep = make_plan(cfg).deployments[0]
+    p, d = dep.instances
+    assert p.rank_cpus() == [(0,)] and d.rank_cpus() == [(1,), (1,)]
+    assert dep.nodes == 1
+
+
+def test_cpu_cores_wrap_only_when_no_core_is_left():
+    assert cpu_cores(0, 2, 1, 4, share=False) == (0, 1)
+    assert cpu_cores(3, 2, 1, 4, share=False) == (3, 0)  # plan nodes of one host: wrap
+    assert cpu_cores(3, 2, 1, 4, share=True) == (3, 3)  # its own ranks share core 3
+    assert cpu_cores(4, 2, 1, 4, share=True) == (0, 1)  # nothing left: wrap
 
 
 def test_ids_are_stable_and_change_with_the_config():
