@@ -26,7 +26,7 @@ import submitit
 
 from connector.shared_files import poll_until
 from connector.ucx_proto import tcp_fallback, transports_in_log
-from pdbench import attribution, metrics
+from pdbench import attribution, decode_bill, kv_sampler, metrics
 from pdbench.config import Flow, TrackingConfig, WorkloadConfig
 from pdbench.launch_spec import LOOPBACK, DeploymentSpec, InstanceSpec, RouterSpec, resolve
 from pdbench.plan import Deployment, Point
@@ -285,13 +285,14 @@ class DeploymentJob:
         )
         records: list[RequestRecord] = []
         try:
-            records, per_turn, totals, duration, result.router = run_client(
+            records, per_turn, totals, duration, result.router, kv = run_client(
                 self._drive(point, urls, router_url, label)
             )
             result.summary = attribution.summarize(records, duration)
             result.by_turn = per_turn
             result.metrics = totals
             result.transfer = attribution.transfer_totals(totals)
+            self._decode_bill(result, records, totals, kv)
             failed = result.summary.failed_requests
             result.status = PointStatus.ok if failed == 0 else PointStatus.failed
             if failed:
@@ -428,12 +429,31 @@ class DeploymentJob:
                 ok = sum(r.status == "ok" for r in wave)
                 print(f"[pdbench] {label} turn {turn}: {ok}/{len(wave)} ok", flush=True)
 
+            kv = await kv_sampler.start(session, urls, dep.flow.kv_sample_period_s)
             t0 = time.perf_counter()
             records = await gen.run(specs, on_wave_done=on_wave_done)
             duration = time.perf_counter() - t0
+            if kv is not None:  # the TTL's tail: D back at its starting occupancy
+                await kv.stop(dep.flow.decoder_kv_blocks_ttl_s + 5.0 if dep.flow.kv_tail else 0)
             async with session.get(f"{router_url}/pdbench/stats") as r:
                 router_stats = await r.json()
-        return records, per_turn, totals, duration, router_stats
+        return records, per_turn, totals, duration, router_stats, kv
+
+    def _decode_bill(self, result: PointResult, records, totals, kv) -> None:
+        """The decode instances' bill (KV held over time, D's own ITL/TPOT) and the samples."""
+        dep = self.deployment
+        result.kv_timeline = kv.timeline if kv is not None else {}
+        result.decode_bill = decode_bill.bill(
+            records,
+            result.kv_timeline,
+            kv.blocks if kv is not None else {},
+            kv.load_end_s if kv is not None else 0.0,
+            totals,
+            [i.name for i in dep.by_role("decode")],
+            dep.server.block_size,
+            dep.flow.decoder_kv_blocks_ttl_s,
+            dep.bidirectional,
+        )
 
 
 def _raise_interrupted(signum, frame):

@@ -171,6 +171,13 @@ class FlowConfig:
     kv_recompute_threshold: int = 64
     kv_recompute_thresholds: list[int] = field(default_factory=list)  # deployment axis
     decoder_kv_blocks_ttl_s: int = 60
+    decoder_kv_blocks_ttls_s: list[int] = field(default_factory=list)  # deployment axis
+    # Servers' KV occupancy sampled this often during each Point (kv_timeline; 0: off).
+    kv_sample_period_s: float = 0.5
+    # After each Point's load, sample on until the decode instances are back at their
+    # starting occupancy, at most TTL + 5 s: the blocks the TTL alone holds, measured (and
+    # the next Point starts without them).
+    kv_tail: bool = False
     cache_hit_threshold: float = 0.8
     decode_first_fallback: Flow = Flow.pull
 
@@ -190,6 +197,10 @@ class WorkloadConfig:
     # same mean, a long tail clipped at mean * (1 + 3 * jitter)).
     length_distribution: str = "uniform"
     history_tokens: list[int] = field(default_factory=lambda: [0])  # sweep axis: prefix
+    # Further Point axes (servers stay up): the working set and the load. []: just
+    # ``conversations`` / ``concurrency``.
+    conversation_counts: list[int] = field(default_factory=list)
+    concurrencies: list[int] = field(default_factory=list)
     concurrency: int = 4
     request_rate: float = 0.0  # requests/s; 0: as fast as concurrency allows
     request_timeout_s: float = 120.0

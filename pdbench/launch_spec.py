@@ -333,8 +333,10 @@ def describe(spec: LaunchSpec, plan: Plan) -> str:
     for dep in spec.deployments:
         lines += describe_deployment(dep)
         for point in plan.points[dep.deployment_id]:
+            wl = point.workload
             lines.append(
                 f"  point {point.point_id}: flow={point.flow.value} history={point.history_tokens}"
+                f" conversations={wl.conversations} concurrency={wl.concurrency}"
             )
         lines.append("")
     if not spec.submissions:

@@ -240,16 +240,53 @@ def workload_record(workload: WorkloadConfig, history_tokens: int) -> dict[str, 
     return record
 
 
+def deployment_axes(flow: FlowConfig) -> list[tuple[int, FlowConfig, str]]:
+    """(kv_recompute_threshold, the flow config with its TTL, name suffix) per Deployment:
+    ``kv_recompute_thresholds`` x ``decoder_kv_blocks_ttls_s`` (each [] means its one value)."""
+    thresholds = flow.kv_recompute_thresholds or [flow.kv_recompute_threshold]
+    ttls = flow.decoder_kv_blocks_ttls_s or [flow.decoder_kv_blocks_ttl_s]
+    return [
+        (
+            threshold,
+            replace(flow, decoder_kv_blocks_ttl_s=ttl),
+            f"t{threshold}" + (f"-ttl{ttl}" if flow.decoder_kv_blocks_ttls_s else ""),
+        )
+        for threshold in thresholds
+        for ttl in ttls
+    ]
+
+
+def workload_points(workload: WorkloadConfig) -> list[tuple[int, WorkloadConfig]]:
+    """(history length, the Point's workload) per workload Point: history lengths x
+    conversation counts x concurrencies, each Point's workload holding its one value."""
+    return [
+        (
+            history,
+            replace(
+                workload,
+                history_tokens=[history],
+                conversations=conversations,
+                concurrency=concurrency,
+                conversation_counts=[],
+                concurrencies=[],
+            ),
+        )
+        for history in workload.history_tokens
+        for conversations in workload.conversation_counts or [workload.conversations]
+        for concurrency in workload.concurrencies or [workload.concurrency]
+    ]
+
+
 def make_plan(cfg: RunConfig) -> Plan:
-    """Deployments (one per ``kv_recompute_threshold``) x Points (flow x history length)."""
+    """Deployments (one per ``kv_recompute_threshold`` x TTL) x Points (flow x history
+    length x conversations x concurrency)."""
     cfg = copy.deepcopy(cfg)  # the plan owns its configs: later edits of cfg do not leak in
     flows = list(dict.fromkeys(cfg.flow.flows))
     bidirectional = any(f in (Flow.pull, Flow.decode_first) for f in flows)
-    thresholds = cfg.flow.kv_recompute_thresholds or [cfg.flow.kv_recompute_threshold]
     instances, nodes = place_instances(cfg)
     plan = Plan(deployments=[])
-    for threshold in thresholds:
-        name = f"{cfg.model.name}-{cfg.topology.name}-{cfg.transport.name}-t{threshold}"
+    for threshold, flow_config, suffix in deployment_axes(cfg.flow):
+        name = f"{cfg.model.name}-{cfg.topology.name}-{cfg.transport.name}-{suffix}"
         dep = Deployment(
             deployment_id="",
             nodes=nodes,
@@ -260,14 +297,13 @@ def make_plan(cfg: RunConfig) -> Plan:
             topology=cfg.topology,
             transport=cfg.transport,
             server=cfg.server,
-            flow=cfg.flow,
+            flow=flow_config,
             connector=cfg.connector,
         )
         dep.deployment_id = f"{name}-{stable_hash(dep.key(), 8)}"
         plan.deployments.append(dep)
         points = []
-        for history in cfg.workload.history_tokens:
-            workload = replace(cfg.workload, history_tokens=[history])
+        for history, workload in workload_points(cfg.workload):
             for flow in flows:
                 pid_key = {
                     "deployment": dep.deployment_id,

@@ -83,6 +83,9 @@ def check_counts(cfg: RunConfig) -> list[ConfigProblem]:
     need("cluster.nodes", cfg.cluster.nodes, 1, "1 or more")
     for name in ("conversations", "turns", "user_tokens", "output_tokens", "concurrency"):
         need(f"workload.{name}", getattr(w, name), 1, "1 or more")
+    for name in ("conversation_counts", "concurrencies"):
+        for value in getattr(w, name):
+            need(f"workload.{name}", value, 1, "1 or more each, or [] for just one")
     need("workload.request_rate", w.request_rate, 0, "0 (as fast as concurrency allows) or more")
     if w.request_timeout_s <= 0:
         out.add("workload.request_timeout_s", w.request_timeout_s, "must be positive", "e.g. 120")
@@ -366,6 +369,18 @@ def check_flows(cfg: RunConfig) -> list[ConfigProblem]:
         )
     if f.decoder_kv_blocks_ttl_s < 0:
         out.add("flow.decoder_kv_blocks_ttl_s", f.decoder_kv_blocks_ttl_s, "is negative", "e.g. 60")
+    for ttl in f.decoder_kv_blocks_ttls_s:
+        if ttl < 1:
+            out.add("flow.decoder_kv_blocks_ttls_s", ttl, "must be positive (seconds)", "e.g. 20")
+    if f.kv_sample_period_s < 0:
+        out.add("flow.kv_sample_period_s", f.kv_sample_period_s, "is negative", "0.5, or 0: off")
+    if f.kv_tail and f.kv_sample_period_s <= 0:
+        out.add(
+            "flow.kv_tail",
+            True,
+            "samples the TTL's tail but flow.kv_sample_period_s is 0 (sampling off)",
+            "flow.kv_sample_period_s=0.5",
+        )
     return out
 
 

@@ -54,6 +54,24 @@ def test_cpu_cores_wrap_only_when_no_core_is_left():
     assert cpu_cores(4, 2, 1, 4, share=True) == (0, 1)  # nothing left: wrap
 
 
+def test_ttl_sweep_makes_deployments_and_working_set_and_load_make_points():
+    cfg = cpu_run()
+    cfg.flow.decoder_kv_blocks_ttls_s = [10, 30]
+    cfg.workload.conversation_counts = [2, 8]
+    cfg.workload.concurrencies = [1, 4]
+    plan = make_plan(cfg)
+    assert [d.flow.decoder_kv_blocks_ttl_s for d in plan.deployments] == [10, 30]
+    assert [d.deployment_id.split("-")[-2] for d in plan.deployments] == ["ttl10", "ttl30"]
+    points = plan.points[plan.deployments[0].deployment_id]
+    assert len(points) == 2 * 2 * 3  # conversations x concurrency x flows
+    shapes = {(p.workload.conversations, p.workload.concurrency) for p in points}
+    assert shapes == {(2, 1), (2, 4), (8, 1), (8, 4)}
+    assert all(p.workload.conversation_counts == [] for p in points)  # one value per Point
+    assert len({p.point_id for p in plan.all_points()}) == 24
+    # without the lists: one Deployment, named as before (no ttl suffix)
+    assert make_plan(cpu_run()).deployments[0].deployment_id.split("-")[-2] == "t64"
+
+
 def test_ids_are_stable_and_change_with_the_config():
     a = make_plan(cpu_run()).all_points()
     b = make_plan(cpu_run()).all_points()

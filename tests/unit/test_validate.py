@@ -289,3 +289,16 @@ def test_on_failure_is_continue_or_stop():
     cfg = cpu_run()
     cfg.launch.on_failure = "abort"
     only(cfg, "launch.on_failure", "abort", "continue or stop")
+
+
+def test_sweep_axes_and_kv_sampling_are_checked():
+    cfg = cpu_run()
+    cfg.flow.decoder_kv_blocks_ttls_s = [20, 0]
+    only(cfg, "flow.decoder_kv_blocks_ttls_s", 0, "must be positive")
+    cfg = cpu_run()
+    cfg.workload.conversation_counts = [4, 0]
+    only(cfg, "workload.conversation_counts", 0, "1 or more each")
+    cfg = cpu_run()
+    cfg.flow.kv_tail = True
+    cfg.flow.kv_sample_period_s = 0
+    only(cfg, "flow.kv_tail", True, "sampling off")
