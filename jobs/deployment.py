@@ -429,12 +429,15 @@ class DeploymentJob:
                 ok = sum(r.status == "ok" for r in wave)
                 print(f"[pdbench] {label} turn {turn}: {ok}/{len(wave)} ok", flush=True)
 
-            kv = await kv_sampler.start(session, urls, dep.flow.kv_sample_period_s)
+            # D's KV occupancy over the Point (and the TTL's tail: flow.kv_tail)
+            tail_s = dep.flow.decoder_kv_blocks_ttl_s + 5.0 if dep.flow.kv_tail else 0.0
+            decode = [i.name for i in dep.by_role("decode")]
+            kv = await kv_sampler.start(session, urls, dep.flow.kv_sample_period_s, decode, tail_s)
             t0 = time.perf_counter()
             records = await gen.run(specs, on_wave_done=on_wave_done)
             duration = time.perf_counter() - t0
-            if kv is not None:  # the TTL's tail: D back at its starting occupancy
-                await kv.stop(dep.flow.decoder_kv_blocks_ttl_s + 5.0 if dep.flow.kv_tail else 0)
+            if kv is not None:
+                await kv.stop()
             async with session.get(f"{router_url}/pdbench/stats") as r:
                 router_stats = await r.json()
         return records, per_turn, totals, duration, router_stats, kv

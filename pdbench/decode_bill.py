@@ -102,6 +102,12 @@ def bill(
         )
         tails = [tail_seconds(timeline[n], load_end_s) for n in names]
         out.tail_s = -1.0 if min(tails) < 0 else max(tails)
+        ends = [
+            r.start_s + r.e2e_ms / 1e3 for r in records if r.status == "ok" and r.path in D_PATHS
+        ]
+        if ends:
+            held = [tail_seconds(timeline[n], max(ends)) for n in names]
+            out.release_s = -1.0 if min(held) < 0 else max(held)
     if bidirectional:
         for n_blocks, held_s, pulled in request_holds(records, block_size, ttl_s):
             if pulled:
@@ -111,7 +117,14 @@ def bill(
                 out.never_pulled_requests += 1
                 out.never_pulled_block_s += n_blocks * held_s
     d = [deltas[n] for n in decode_names if n in deltas]
-    out.expired_leases = sum(x.get(EXPIRED, 0.0) for x in d)
+    # leases run out after the load (the TTL's tail): the samples see them, the counters
+    # scraped between waves do not
+    out.expired_leases = sum(
+        timeline[n][-1][3] - timeline[n][0][3]
+        if len(timeline.get(n, [])) > 1
+        else deltas.get(n, {}).get(EXPIRED, 0.0)
+        for n in decode_names
+    )
     out.itl_ms_server = _pooled_mean_ms(d, metrics.ITL_SECONDS)
     out.tpot_ms_server = _pooled_mean_ms(d, metrics.TPOT_SECONDS)
     return out

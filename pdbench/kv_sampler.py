@@ -48,15 +48,26 @@ def settled(samples: list[list[float]], baseline: float, tolerance: float = 1e-6
 class KvSampler:
     """Samples ``urls`` (instance name -> base URL) every ``period_s`` in the background.
 
-    ``await start()``, run the load, ``await stop(tail_s)``: with ``tail_s`` > 0 sampling
-    goes on after the load until every instance is back at its starting usage or ``tail_s``
-    has passed (the TTL's tail). ``timeline`` and ``blocks`` hold what was seen.
+    ``await start()``, run the load, ``await stop()``. With ``tail_s`` > 0, ``start`` first
+    waits (at most ``tail_s``) for the ``watch`` instances to hold nothing (blocks kept from
+    the warm-up or an earlier Point run out), and ``stop`` samples on after the load until
+    they are back at their starting usage with nothing running, or ``tail_s`` has passed:
+    the TTL's tail. ``timeline`` and ``blocks`` hold what was seen.
     """
 
-    def __init__(self, session, urls: dict[str, str], period_s: float = SAMPLE_PERIOD_S):
+    def __init__(
+        self,
+        session,
+        urls: dict[str, str],
+        period_s: float = SAMPLE_PERIOD_S,
+        watch: list[str] | None = None,
+        tail_s: float = 0.0,
+    ):
         self.session = session
         self.urls = dict(urls)
         self.period_s = period_s
+        self.watch = [n for n in (watch or []) if n in urls]
+        self.tail_s = tail_s
         self.timeline: dict[str, list[list[float]]] = {name: [] for name in urls}
         self.blocks: dict[str, int] = {}
         self.load_end_s = 0.0
@@ -67,23 +78,32 @@ class KvSampler:
         for name, url in self.urls.items():
             async with self.session.get(f"{url}/metrics") as resp:
                 self.blocks[name] = num_gpu_blocks(await resp.text())
+        if self.tail_s > 0:
+            await self._until_settled({n: 0.0 for n in self.watch}, self.tail_s)
+            self.timeline = {name: [] for name in self.urls}
         self._t0 = time.perf_counter()
         await self._sample()
         self._task = asyncio.create_task(self._run())
 
-    async def stop(self, tail_s: float = 0.0) -> dict[str, list[list[float]]]:
+    async def stop(self) -> dict[str, list[list[float]]]:
         self.load_end_s = time.perf_counter() - self._t0
-        deadline = time.perf_counter() + tail_s
-        baselines = {n: s[0][1] for n, s in self.timeline.items() if s}
-        while time.perf_counter() < deadline:
-            if all(settled(self.timeline[n], b) for n, b in baselines.items()):
-                break
-            await asyncio.sleep(self.period_s)
+        if self.tail_s > 0:
+            baselines = {n: self.timeline[n][0][1] for n in self.watch if self.timeline[n]}
+            await self._until_settled(baselines, self.tail_s)
         if self._task is not None:
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)
         await self._sample()
         return self.timeline
+
+    async def _until_settled(self, baselines: dict[str, float], wait_s: float) -> None:
+        deadline = time.perf_counter() + wait_s
+        while time.perf_counter() < deadline:
+            if self._task is None:  # not started: sample here
+                await self._sample()
+            if all(settled(self.timeline[n], b) for n, b in baselines.items()):
+                return
+            await asyncio.sleep(self.period_s)
 
     async def _run(self) -> None:
         while True:
@@ -103,10 +123,13 @@ class KvSampler:
             self.timeline[name].append(sample_row(t_s, scraped))
 
 
-async def start(session, urls: dict[str, str], period_s: float) -> KvSampler | None:
-    """A running sampler of ``urls`` every ``period_s`` (None when ``period_s`` is 0: off)."""
+async def start(
+    session, urls: dict[str, str], period_s: float, watch: list[str], tail_s: float
+) -> KvSampler | None:
+    """A running sampler of ``urls`` every ``period_s`` (None when ``period_s`` is 0: off);
+    ``watch`` (the decode instances) and ``tail_s`` as in ``KvSampler``."""
     if period_s <= 0:
         return None
-    sampler = KvSampler(session, urls, period_s)
+    sampler = KvSampler(session, urls, period_s, watch, tail_s)
     await sampler.start()
     return sampler

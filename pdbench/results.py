@@ -127,6 +127,9 @@ class DecodeBill:
     block_s: float = 0.0  # block-seconds above the starting level, load and tail (sampled)
     tail_block_s: float = 0.0  # the part of block_s after the load: held by the TTL alone
     tail_s: float = -1.0  # load end -> back at the starting level; -1: not seen (no tail)
+    # the last request D decoded ended -> D back at its starting level: how long D held
+    # what it kept last (about the TTL when nobody pulled it); -1: not seen
+    release_s: float = -1.0
     pulled_requests: int = 0  # D's kept blocks that P pulled next turn (records)
     pulled_block_s: float = 0.0  # their blocks x (request end -> P's prefill ended)
     never_pulled_requests: int = 0  # kept blocks nobody read: held for the TTL

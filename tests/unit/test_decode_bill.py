@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
+
+import aiohttp
 import pytest
+from aiohttp import web
 
 from pdbench import decode_bill, kv_sampler, metrics
 from pdbench.results import RequestRecord
@@ -91,7 +95,58 @@ def test_bill_splits_pulled_and_never_pulled_and_reads_ds_own_latency():
     assert b.itl_ms_server == pytest.approx(10.0) and b.tpot_ms_server == pytest.approx(10.0)
     assert b.usage_peak == 0.5 and b.usage_mean == pytest.approx(1.0 / 3)
     assert b.tail_s == 2.0 and b.blocks == 101
+    assert b.release_s == pytest.approx(2.2)  # the pull turn ended at 3.8 s; D idle again at 6 s
     assert b.block_s == pytest.approx(100 * (0.5 + 1.0 + 0.5))
     # not bidirectional: D keeps nothing after a request, no holds are counted
     b = decode_bill.bill(records, {}, {}, 0.0, deltas, ["decode0"], 32, 20.0, False)
     assert b.pulled_requests == b.never_pulled_requests == 0 and b.tail_s == -1.0
+
+
+class ScriptedMetrics:
+    """A /metrics endpoint whose KV usage follows a script, one value per scrape."""
+
+    def __init__(self, usages: list[float], blocks: int = 257):
+        self.usages = list(usages)
+        self.blocks = blocks
+        self.scrapes = 0
+
+    async def handle(self, request):
+        usage = self.usages[min(self.scrapes, len(self.usages) - 1)]
+        self.scrapes += 1
+        text = (
+            f'vllm:cache_config_info{{engine="0",num_gpu_blocks="{self.blocks}"}} 1.0\n'
+            f'vllm:kv_cache_usage_perc{{engine="0"}} {usage}\n'
+        )
+        return web.Response(text=text)
+
+
+def test_the_sampler_settles_before_and_samples_the_tail_after_the_load():
+    # the first scrape reads blocks; 0.3 left from earlier (settles to 0), then the load
+    # raises it to 0.5, and the TTL brings it back to 0 after the load
+    script = ScriptedMetrics([0.0, 0.3, 0.3, 0.0, 0.0, 0.5, 0.5, 0.5, 0.5, 0.0])
+
+    async def go():
+        app = web.Application()
+        app.router.add_get("/metrics", script.handle)
+        runner = web.AppRunner(app)
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        port = site._server.sockets[0].getsockname()[1]
+        try:
+            async with aiohttp.ClientSession() as session:
+                urls = {"decode0": f"http://127.0.0.1:{port}"}
+                kv = await kv_sampler.start(session, urls, 0.01, ["decode0"], tail_s=30.0)
+                while script.scrapes < 7:  # "the load"
+                    await asyncio.sleep(0.01)
+                await kv.stop()
+                return kv
+        finally:
+            await runner.cleanup()
+
+    kv = asyncio.run(go())
+    usages = [s[1] for s in kv.timeline["decode0"]]
+    assert kv.blocks == {"decode0": 257}
+    assert usages[0] == 0.0  # settled before the Point: nothing left from earlier
+    assert 0.5 in usages and usages[-1] == 0.0  # the tail was sampled down to the baseline
+    assert 0.3 not in usages  # what was held before the Point is not in its timeline
