@@ -4,10 +4,14 @@ The answer printed first: the flagged Points, then each preset's question the ru
 (best ``kv_recompute_threshold``, best flow per workload, same vs cross node; see
 ``analysis/questions.py``), then the pull-vs-recompute crossover per deployment.
 
+Every comparison carries its 95% confidence interval, or says "inconclusive" and how
+many repetitions would decide it; a run whose A/A control (turn 1) fails is marked INVALID.
+
 Outputs go to ``<first RUN_DIR>/analysis/`` (``--out`` to change): summary.json,
 report.html, PNG plots, tables/*.csv. Several run dirs are analysed together (e.g. a
 crossover sweep and a transfer-bench run). Exit status: 0 analysed, 1 no Point records
-found (outputs still written, saying so), 2 bad arguments.
+found (outputs still written, saying so), 2 bad arguments, 3 corrupt records found (named;
+outputs still written without them; ``--skip-corrupt`` exits 0 instead).
 """
 
 from __future__ import annotations
@@ -16,12 +20,23 @@ import argparse
 import sys
 from pathlib import Path
 
+from analysis.pipeline import run_analysis
+from analysis.wandb_report import log_to_wandb
+
+CORRUPT = 3
+
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(prog="python -m analysis", description=__doc__.split("\n")[0])
     ap.add_argument("run_dirs", nargs="+", help="results/<run> directories")
     ap.add_argument("--out", type=Path, help="output folder (default <RUN_DIR>/analysis)")
     ap.add_argument("-q", "--quiet", action="store_true", help="print the answer only")
+    ap.add_argument(
+        "--skip-corrupt",
+        action="store_true",
+        help="analyse around corrupt (truncated, not JSON) records and exit 0; they are still "
+        "named and counted",
+    )
     ap.add_argument("--wandb", action="store_true", help="log tables and plots to W&B")
     ap.add_argument(
         "--wandb-mode",
@@ -45,7 +60,6 @@ def main(argv: list[str] | None = None) -> int:
     if missing:
         print(f"error: not a directory: {', '.join(missing)}", file=sys.stderr)
         return 2
-    from analysis.pipeline import run_analysis
 
     def progress(msg: str) -> None:
         if not args.quiet:
@@ -56,7 +70,7 @@ def main(argv: list[str] | None = None) -> int:
     if not args.quiet:
         for note in out.summary["notes"]:
             print(f"note: {note}")
-        for a in out.analyses:
+        for a in out.ctx.deployments():
             for note in a.notes:
                 print(f"note: {a.label}: {note}")
         if not len(out.data.bench):
@@ -66,8 +80,6 @@ def main(argv: list[str] | None = None) -> int:
             )
     print(f"report: {out.report}")
     if args.wandb or args.wandb_report:
-        from analysis.wandb_report import log_to_wandb
-
         msg = log_to_wandb(
             out,
             mode=args.wandb_mode,
@@ -76,6 +88,13 @@ def main(argv: list[str] | None = None) -> int:
             build_report=args.wandb_report,
         )
         print(msg)
+    if out.data.corrupt and not args.skip_corrupt:
+        print(
+            f"error: {len(out.data.corrupt)} corrupt record(s), named above; the analysis left "
+            "them out (rerun with --skip-corrupt to accept that)",
+            file=sys.stderr,
+        )
+        return CORRUPT
     return 0 if len(out.data.points) else 1
 
 

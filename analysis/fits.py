@@ -1,13 +1,20 @@
-"""Cost models fitted to measurements (pure numpy).
+"""Cost models fitted to measurements, with 95% intervals on their parameters (pure numpy).
 
 - recompute: ``TTFT(n) = c0 + c1 n + c2 n^2`` over ``n`` prompt tokens computed (a fixed
   cost, the per-token matmuls, the attention term), coefficients non-negative;
 - transfer: ``t(bytes) = alpha + bytes / beta`` (per-transfer latency, bandwidth).
 
 Both are non-negative least squares on *relative* residuals (each row divided by its
-measured value), so a 5 ms point counts as much as a 5 s one and ``alpha`` is not swamped
-by the largest transfers. The quality numbers (R^2, RMSE, residuals) are on the original
+fitted value, ``_fit``), so a 5 ms point counts as much as a 5 s one and ``alpha`` is not
+swamped by the largest transfers. The quality numbers (R^2, RMSE, residuals) are on the original
 scale.
+
+Parameter intervals: the samples come in clusters (the waves of one Point, the transfers of
+one Point) that are resampled as wholes (a pairs bootstrap of the regression, Freedman
+1981, with ``stats.bootstrap_interval``'s Rao-Wu weights), the NNLS solved for every
+replicate at once; ``estimate +- t * se``, the lower bound clipped at 0 (the parameters are
+non-negative). Degrees of freedom: samples - parameters; a fit with fewer than
+``MIN_DF`` makes no prediction (it passes through its points whatever their noise).
 """
 
 from __future__ import annotations
@@ -19,21 +26,42 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from analysis.stats import bootstrap_interval
+
+MIN_DF = 2  # a fit with fewer degrees of freedom makes no prediction
+MIN_TRANSFER_SIZES = 3  # distinct transfer sizes the transfer fit needs
+POOR_R2 = 0.5  # a fit below this gets a note
+
 
 def nnls(a: np.ndarray, y: np.ndarray) -> np.ndarray:
     """Exact non-negative least squares for a few columns (every active set is tried)."""
-    cols = a.shape[1]
-    best, best_err = np.zeros(cols), float(np.sum(y**2))
-    for k in range(1, cols + 1):
-        for subset in itertools.combinations(range(cols), k):
-            coef, *_ = np.linalg.lstsq(a[:, subset], y, rcond=None)
-            if np.any(coef < 0):
-                continue
-            err = float(np.sum((a[:, subset] @ coef - y) ** 2))
-            if err < best_err - 1e-15 * max(1.0, best_err):
-                best_err = err
-                best = np.zeros(cols)
-                best[list(subset)] = coef
+    ata, aty = a.T @ a, a.T @ y
+    coef = nnls_normal(ata[None], aty[None], np.array([float(y @ y)]))
+    return coef[0]
+
+
+def nnls_normal(ata: np.ndarray, aty: np.ndarray, yty: np.ndarray) -> np.ndarray:
+    """NNLS of B problems at once from their normal equations (B, p, p), (B, p), (B,).
+
+    The solution is the unconstrained least squares on some set of columns with every
+    coefficient >= 0, and the best of those: every set is tried (2^p - 1 of them)."""
+    b, p = aty.shape
+    best = np.zeros((b, p))
+    best_err = yty.astype(float).copy()
+    for k in range(1, p + 1):
+        for subset in itertools.combinations(range(p), k):
+            idx = list(subset)
+            sub = ata[:, idx][:, :, idx]
+            rhs = aty[:, idx]
+            ok = np.abs(np.linalg.det(sub)) > 1e-300
+            coef = np.zeros((b, k))
+            if ok.any():
+                coef[ok] = np.linalg.solve(sub[ok], rhs[ok][..., None])[..., 0]
+            err = yty - np.einsum("bk,bk->b", coef, rhs)
+            better = ok & (coef >= 0).all(axis=1) & (err < best_err - 1e-15 * np.maximum(1, yty))
+            best[better] = 0.0
+            best[np.ix_(better, idx)] = coef[better]
+            best_err = np.where(better, err, best_err)
     return best
 
 
@@ -60,17 +88,42 @@ def quality(y: np.ndarray, pred: np.ndarray) -> FitQuality:
     )
 
 
-def _relative_nnls(columns: list[np.ndarray], y: np.ndarray) -> np.ndarray:
-    a = np.column_stack(columns)
-    w = 1.0 / np.where(y > 0, y, 1.0)
-    return nnls(a * w[:, None], y * w)
-
-
-def _clean(xs: Sequence[float], ys: Sequence[float]) -> tuple[np.ndarray, np.ndarray]:
+def _clean(xs, ys, clusters):
     x = np.asarray(xs, dtype=float)
     y = np.asarray(ys, dtype=float)
+    c = np.arange(len(x)) if clusters is None else np.asarray(clusters)
     keep = np.isfinite(x) & np.isfinite(y) & (x >= 0) & (y > 0)
-    return x[keep], y[keep]
+    return x[keep], y[keep], c[keep]
+
+
+def _fit(cols: list[np.ndarray], y: np.ndarray, clusters: np.ndarray):
+    """(coefficients, lows, highs, df) of the relative NNLS, intervals over clusters.
+
+    Relative to the *fitted* value: a first pass weighs each row by 1 / its measured value,
+    the second (the one reported) by 1 / the first pass's prediction. Dividing by the
+    measured value alone pulls the fit low under multiplicative noise (the rows that
+    happened to come out small weigh the most)."""
+    a = np.column_stack(cols)
+    first = nnls(a / y[:, None], np.ones_like(y))
+    pred = a @ first
+    w = 1.0 / np.where(pred > 0, pred, y)
+    aw, yw = a * w[:, None], y * w
+    _, cl = np.unique(clusters, return_inverse=True)
+    g = int(cl.max()) + 1
+    ata_g = np.zeros((g, a.shape[1], a.shape[1]))
+    np.add.at(ata_g, cl, aw[:, :, None] * aw[:, None, :])
+    aty_g, yty_g = np.zeros((g, a.shape[1])), np.zeros(g)
+    np.add.at(aty_g, cl, aw * yw[:, None])
+    np.add.at(yty_g, cl, yw**2)
+
+    def stat(weights: np.ndarray) -> np.ndarray:
+        return nnls_normal(
+            np.einsum("bg,gij->bij", weights, ata_g), weights @ aty_g, weights @ yty_g
+        )
+
+    spread = bootstrap_interval(stat, np.zeros(g, int), n_boot=1000, seed=0)
+    low, high = spread.bounds()
+    return spread.estimate, np.maximum(low, 0.0), high, len(y) - a.shape[1]
 
 
 @dataclass
@@ -84,9 +137,15 @@ class RecomputeFit:
     tokens_min: float
     tokens_max: float
     quadratic: bool  # False: too few distinct lengths for the attention term
+    df: int = 0
+    ci: dict[str, tuple[float, float]] = field(default_factory=dict)  # name -> 95% bounds
 
     def seconds(self, tokens: float | np.ndarray) -> float | np.ndarray:
         return self.c0_s + self.c1_s_per_token * tokens + self.c2_s_per_token2 * tokens**2
+
+    @property
+    def predicts(self) -> bool:
+        return self.df >= MIN_DF
 
     @property
     def tokens_per_s(self) -> float:
@@ -94,19 +153,26 @@ class RecomputeFit:
         return 1.0 / self.c1_s_per_token if self.c1_s_per_token > 0 else math.inf
 
 
-def fit_recompute(tokens: Sequence[float], ttft_s: Sequence[float]) -> RecomputeFit | None:
-    """None with fewer than two distinct prompt lengths."""
-    x, y = _clean(tokens, ttft_s)
+def fit_recompute(
+    tokens: Sequence[float], ttft_s: Sequence[float], clusters: Sequence | None = None
+) -> RecomputeFit | None:
+    """None with fewer than two distinct prompt lengths. ``clusters``: the Point of each
+    sample (resampled together); each sample alone when None."""
+    x, y, c = _clean(tokens, ttft_s, clusters)
     distinct = len(np.unique(np.round(x)))
     if distinct < 2:
         return None
     quadratic = distinct >= 3
     cols = [np.ones_like(x), x] + ([x**2] if quadratic else [])
-    coef = _relative_nnls(cols, y)
+    coef, low, high, df = _fit(cols, y, c)
     c0, c1 = float(coef[0]), float(coef[1])
     c2 = float(coef[2]) if quadratic else 0.0
     pred = c0 + c1 * x + c2 * x**2
-    return RecomputeFit(c0, c1, c2, quality(y, pred), float(x.min()), float(x.max()), quadratic)
+    names = ["c0_s", "c1_s_per_token", "c2_s_per_token2"][: len(coef)]
+    ci = {n: (float(lo), float(hi)) for n, lo, hi in zip(names, low, high, strict=True)}
+    return RecomputeFit(
+        c0, c1, c2, quality(y, pred), float(x.min()), float(x.max()), quadratic, df, ci
+    )
 
 
 @dataclass
@@ -118,7 +184,11 @@ class TransferFit:
     quality: FitQuality
     bytes_min: float
     bytes_max: float
-    source: str = ""  # where the samples came from (trace, bench, point totals)
+    source: str = ""  # where the samples came from (P<-D traces, bench)
+    sizes: int = 0  # distinct transfer sizes
+    df: int = 0
+    alpha_ci_s: tuple[float, float] = (math.nan, math.nan)
+    gb_s_ci: tuple[float, float] = (math.nan, math.nan)  # beta's interval, GB/s
 
     def seconds(self, nbytes: float | np.ndarray) -> float | np.ndarray:
         return self.alpha_s + nbytes / self.beta_bytes_per_s
@@ -127,16 +197,46 @@ class TransferFit:
     def gb_s(self) -> float:
         return self.beta_bytes_per_s / 1e9
 
+    @property
+    def predicts(self) -> bool:
+        return self.df >= MIN_DF and self.sizes >= MIN_TRANSFER_SIZES
+
+    def why_not(self) -> str:
+        """Why it makes no prediction ('' when it does)."""
+        if self.sizes < MIN_TRANSFER_SIZES:
+            return f"{self.sizes} transfer sizes (needs {MIN_TRANSFER_SIZES} or more)"
+        if self.df < MIN_DF:
+            return f"{self.df} degrees of freedom (needs {MIN_DF})"
+        return ""
+
 
 def fit_transfer(
-    nbytes: Sequence[float], seconds: Sequence[float], source: str = ""
+    nbytes: Sequence[float],
+    seconds: Sequence[float],
+    source: str = "",
+    clusters: Sequence | None = None,
 ) -> TransferFit | None:
-    """None without two distinct sizes."""
-    x, y = _clean(nbytes, seconds)
-    if len(np.unique(x)) < 2:
+    """None without two distinct sizes (then no line can be drawn at all)."""
+    x, y, c = _clean(nbytes, seconds, clusters)
+    sizes = len(np.unique(x))
+    if sizes < 2:
         return None
-    coef = _relative_nnls([np.ones_like(x), x], y)
+    coef, low, high, df = _fit([np.ones_like(x), x], y, c)
     alpha, slope = float(coef[0]), float(coef[1])
     beta = 1.0 / slope if slope > 0 else math.inf
-    pred = alpha + slope * x
-    return TransferFit(alpha, beta, quality(y, pred), float(x.min()), float(x.max()), source)
+
+    def gb(s: float) -> float:
+        return 1.0 / s / 1e9 if s > 0 else math.inf
+
+    return TransferFit(
+        alpha,
+        beta,
+        quality(y, alpha + slope * x),
+        float(x.min()),
+        float(x.max()),
+        source,
+        sizes,
+        df,
+        (float(low[0]), float(high[0])),
+        (gb(float(high[1])), gb(float(low[1]))),
+    )

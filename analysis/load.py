@@ -9,6 +9,15 @@ What is read (``pdbench.results`` defines the first three)::
                                      point id or a deployment id
     <run>/transfer_bench/*.json      transfer-bench records (``connector/bench_record.py``)
 
+A point or request file that is not valid JSON (truncated by a crash, edited by hand) is a
+*corrupt* record: named by file in ``RunData.corrupt``, never counted ok;
+``python -m analysis`` exits non-zero on any unless told ``--skip-corrupt``.
+
+Record fields read beyond ``pdbench.results``' dataclasses (absent in older runs, then the
+default): a Point's ``repetition`` (0) and ``order_index`` (-1, its place in its
+Deployment's measured run order); a request's ``ttft_split`` (dict of ms parts) and
+``split_source``, ``tpot_ms``, ``chunk_tokens``.
+
 Trace lines come from the connector plugin, whose field names may differ between versions;
 ``TRACE_FIELDS`` below is the one place that says which names are accepted for what. A
 line without bytes or a transfer time is counted as unreadable and skipped.
@@ -115,9 +124,12 @@ def point_row(run_dir: str, p: dict[str, Any]) -> dict[str, Any]:
     if isinstance(history, list):  # a workload dict that kept the whole sweep axis
         history = history[0] if len(history) == 1 else -1
     p_tp, d_tp = int(pre.get("tp", 0) or 0), int(dec.get("tp", 0) or 0)
+    repetition = wl.get("repetition", p.get("repetition", 0))
     return {
         "run_dir": run_dir,
         "point_id": p.get("point_id", ""),
+        "repetition": int(repetition or 0),
+        "order_index": int(p.get("order_index", -1) if p.get("order_index") is not None else -1),
         "status": p.get("status", "failed"),
         "error": _first_line(p.get("error", "")),
         "flow": p.get("flow", "?"),
@@ -155,8 +167,20 @@ def point_row(run_dir: str, p: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+POINT_COLUMNS = list(point_row("", {"point_id": "?"}))
+
+
 def turn_rows(point: dict[str, Any], row: dict[str, Any]) -> list[dict[str, Any]]:
-    keep = ("run_dir", "point_id", "deployment_id", "flow", "status", "history_tokens", "kind")
+    keep = (
+        "run_dir",
+        "point_id",
+        "deployment_id",
+        "flow",
+        "status",
+        "history_tokens",
+        "kind",
+        "repetition",
+    )
     out = []
     for t in point.get("by_turn") or []:
         paths = t.get("paths") or {}
@@ -181,6 +205,13 @@ class RunData:
     bench: pd.DataFrame
     deployments: dict[str, dict[str, Any]]  # deployment id -> PointResult.deployment
     notes: list[str] = field(default_factory=list)  # what is missing or odd, for the reader
+    corrupt_points: list[str] = field(default_factory=list)  # "<file>: <what is wrong>"
+    corrupt_requests: list[str] = field(default_factory=list)  # request files with bad lines
+
+    @property
+    def corrupt(self) -> list[str]:
+        """Every corrupt record file, named (never counted ok)."""
+        return self.corrupt_points + self.corrupt_requests
 
     @property
     def ok_points(self) -> pd.DataFrame:
@@ -191,24 +222,43 @@ def _stderr(msg: str) -> None:
     print(msg, file=sys.stderr, flush=True)
 
 
-def _read_jsonl(path: Path, notes: list[str]) -> list[dict[str, Any]]:
+def _read_jsonl(path: Path, bad_lines: list[str]) -> list[dict[str, Any]]:
+    """The lines that parse to objects; ``<path>: N unreadable line(s)`` into ``bad_lines``."""
     rows, bad = [], 0
-    for line in path.read_text().splitlines():
+    for line in path.read_text(errors="replace").splitlines():
         if not line.strip():
             continue
         try:
-            rows.append(json.loads(line))
+            row = json.loads(line)
         except json.JSONDecodeError:
             bad += 1
+            continue
+        if isinstance(row, dict):
+            rows.append(row)
+        else:
+            bad += 1
     if bad:
-        notes.append(f"{path}: {bad} unreadable line(s) skipped")
+        bad_lines.append(f"{path}: {bad} unreadable line(s)")
     return rows
+
+
+SPLIT_PARTS = (
+    "router_ms",
+    "p_queue_ms",
+    "p_compute_ms",
+    "p_pull_ms",
+    "handoff_ms",
+    "d_first_step_ms",
+    "residual_ms",
+)
+DROPPED = ("output_token_ids", "itl_ms", "chunk_tokens", "ttft_split")
 
 
 def _request_rows(point: dict[str, Any], row: dict[str, Any], recs: list[dict]) -> list[dict]:
     out = []
     for r in recs:
-        itl = r.get("itl_ms") or []
+        itl = [x for x in (r.get("itl_ms") or []) if isinstance(x, int | float)]
+        split = r.get("ttft_split") if isinstance(r.get("ttft_split"), dict) else {}
         out.append(
             {
                 "run_dir": row["run_dir"],
@@ -217,9 +267,12 @@ def _request_rows(point: dict[str, Any], row: dict[str, Any], recs: list[dict]) 
                 "flow": r.get("flow", row["flow"]),
                 "kind": row["kind"],
                 "point_history_tokens": row["history_tokens"],
-                **{k: v for k, v in r.items() if k not in ("output_token_ids", "itl_ms")},
+                "repetition": row["repetition"],
+                "order_index": row["order_index"],
+                **{k: v for k, v in r.items() if k not in DROPPED},
                 "output_tokens": len(r.get("output_token_ids") or []),
                 "itl_ms_mean": sum(itl) / len(itl) if itl else None,
+                **{f"split_{k}": _float(split.get(k)) for k in SPLIT_PARTS if split},
             }
         )
     return out
@@ -247,7 +300,7 @@ def _load_traces(
     rows, skipped, failed = [], 0, 0
     for path in sorted((root / "traces").glob("**/*.jsonl")):
         owner = path.parent.name
-        for line in _read_jsonl(path, notes):
+        for line in _read_jsonl(path, notes):  # a torn trace line is a note, not a record
             norm = normalize_trace(line)
             if norm is None:
                 skipped += 1
@@ -288,10 +341,28 @@ def _load_bench(root: Path, run_dir: str, notes: list[str]) -> list[dict[str, An
     return rows
 
 
+def _read_point(path: Path, corrupt: list[str]) -> dict[str, Any] | None:
+    """A PointResult dict, or None with ``<path>: <why>`` in ``corrupt``."""
+    try:
+        p = json.loads(path.read_text(errors="replace"))
+    except json.JSONDecodeError as exc:
+        corrupt.append(f"{path}: not valid JSON (truncated?): {exc}")
+        return None
+    except OSError as exc:
+        corrupt.append(f"{path}: unreadable: {exc}")
+        return None
+    if not isinstance(p, dict) or not p.get("point_id"):
+        corrupt.append(f"{path}: not a PointResult (no point_id)")
+        return None
+    return p
+
+
 def load_runs(run_dirs: list[str | Path], progress: Progress | None = _stderr) -> RunData:
     """Everything under the run dirs; missing pieces become notes, not errors."""
     say = progress or (lambda _msg: None)
     notes: list[str] = []
+    corrupt: list[str] = []
+    bad_requests: list[str] = []
     manifests: dict[str, dict[str, Any]] = {}
     points, turns, requests, traces, bench = [], [], [], [], []
     deployments: dict[str, dict[str, Any]] = {}
@@ -313,10 +384,8 @@ def load_runs(run_dirs: list[str | Path], progress: Progress | None = _stderr) -
         for i, path in enumerate(files):
             if len(files) > 50 and i and i % 100 == 0:
                 say(f"[analysis]   {i}/{len(files)}")
-            try:
-                p = json.loads(path.read_text())
-            except (OSError, json.JSONDecodeError) as exc:
-                notes.append(f"{path}: unreadable point record ({exc})")
+            p = _read_point(path, corrupt)
+            if p is None:
                 continue
             row = point_row(run_dir, p)
             rows.append(row)
@@ -324,27 +393,58 @@ def load_runs(run_dirs: list[str | Path], progress: Progress | None = _stderr) -
             turns.extend(turn_rows(p, row))
             req_file = root / (p.get("requests_file") or f"requests/{row['point_id']}.jsonl")
             if req_file.is_file():
-                requests.extend(_request_rows(p, row, _read_jsonl(req_file, notes)))
+                requests.extend(_request_rows(p, row, _read_jsonl(req_file, bad_requests)))
         points.extend(rows)
         traces.extend(_load_traces(root, run_dir, rows, notes))
         bench.extend(_load_bench(root, run_dir, notes))
     return RunData(
         run_dirs=[Path(d) for d in run_dirs],
         manifests=manifests,
-        points=pd.DataFrame(points),
+        points=_frame(points, POINT_COLUMNS),
         turns=pd.DataFrame(turns),
         requests=pd.DataFrame(requests),
         traces=pd.DataFrame(traces),
         bench=pd.DataFrame(bench),
         deployments=deployments,
         notes=notes,
+        corrupt_points=corrupt,
+        corrupt_requests=bad_requests,
     )
+
+
+def records_to_run_data(
+    items: list[tuple[dict[str, Any], list[dict[str, Any]]]], run_dir: str = "(memory)"
+) -> RunData:
+    """A ``RunData`` from (PointResult dict, request dicts) pairs held in memory (the
+    calibration test analyses hundreds of synthetic runs without writing them)."""
+    points, turns, requests = [], [], []
+    deployments: dict[str, dict[str, Any]] = {}
+    for p, recs in items:
+        row = point_row(run_dir, p)
+        points.append(row)
+        deployments.setdefault(row["deployment_id"], p.get("deployment") or {})
+        turns.extend(turn_rows(p, row))
+        requests.extend(_request_rows(p, row, recs))
+    return RunData(
+        run_dirs=[Path(run_dir)],
+        manifests={},
+        points=_frame(points, POINT_COLUMNS),
+        turns=pd.DataFrame(turns),
+        requests=pd.DataFrame(requests),
+        traces=pd.DataFrame(),
+        bench=pd.DataFrame(),
+        deployments=deployments,
+    )
+
+
+def _frame(rows: list[dict[str, Any]], columns: list[str]) -> pd.DataFrame:
+    return pd.DataFrame(rows) if rows else pd.DataFrame(columns=columns)
 
 
 def deployment_label(dep_id: str, points: pd.DataFrame, omit: tuple[str, ...] = ()) -> str:
     """``model · transport · TP P->D · placement · threshold`` for a deployment id.
 
-    ``omit``: parts left out (``"transport"``, ``"placement"``, ``"threshold"``), e.g. to name
+    ``omit``: parts left out (``"transport"``, ``"tp"``, ``"placement"``, ``"threshold"``), to name
     the family of deployments that differ only by that part.
     """
     rows = points[points["deployment_id"] == dep_id] if len(points) else points
@@ -352,7 +452,8 @@ def deployment_label(dep_id: str, points: pd.DataFrame, omit: tuple[str, ...] = 
         return dep_id
     r = rows.iloc[0]
     parts = [str(r["model"])] + ([] if "transport" in omit else [str(r["transport"])])
-    parts.append(f"TP {r['tp_pair']}" if r["tp_pair"] != "agg" else "agg")
+    if "tp" not in omit:
+        parts.append(f"TP {r['tp_pair']}" if r["tp_pair"] != "agg" else "agg")
     if r.get("placement") and "placement" not in omit:
         parts.append(str(r["placement"]))
     thr = r["threshold"]

@@ -15,10 +15,14 @@ cache geometry); parameters and FLOPs are counted here:
 
 from __future__ import annotations
 
+import functools
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+import yaml
+
+import conf
 from connector.layout import dtype_nbytes, kv_bytes_per_token
 
 _FIELDS = (
@@ -114,29 +118,35 @@ class ModelShape:
         return linear + attention + 2.0 * self.embedding_params
 
 
-# Shapes known without a checkout; conf/model/*.yaml, when present, wins.
-BUILTIN_SHAPES: dict[str, ModelShape] = {
-    "tiny_llama": ModelShape("tiny_llama", 2, 128, 4, 2, 32, 256, 512, "float32"),
-    "llama3_8b": ModelShape("llama3_8b", 32, 4096, 32, 8, 128, 14336, 128256, "bfloat16"),
-    "llama3_70b": ModelShape("llama3_70b", 80, 8192, 64, 8, 128, 28672, 128256, "bfloat16"),
-}
-
-
+@functools.cache
 def conf_model_dir() -> Path:
-    return Path(__file__).resolve().parents[1] / "conf" / "model"
+    """``conf/model``: the one place model shapes are written (shipped as package data)."""
+    return Path(conf.__file__).resolve().parent / "model"
 
 
 def known_shapes(conf_dir: Path | None = None) -> dict[str, ModelShape]:
-    """Built-in shapes, overridden by ``conf/model/*.yaml`` files that hold a full shape."""
-    import yaml
+    """Every ``conf/model/*.yaml`` that holds a full shape, by file stem (a schema-only or
+    partial file is left out). Read once per folder."""
+    return dict(_read_shapes(str(conf_dir or conf_model_dir())))
 
-    shapes = dict(BUILTIN_SHAPES)
-    folder = conf_dir or conf_model_dir()
+
+@functools.cache
+def _read_shapes(folder_name: str) -> dict[str, ModelShape]:
+    shapes: dict[str, ModelShape] = {}
+    folder = Path(folder_name)
     for path in sorted(folder.glob("*.yaml")) if folder.is_dir() else []:
         try:
             data = yaml.safe_load(path.read_text()) or {}
             data.setdefault("name", path.stem)
             shapes[path.stem] = ModelShape.from_dict(data)
-        except (ValueError, TypeError, yaml.YAMLError):
-            continue  # a schema-only or partial file: keep the built-in
+        except (ValueError, TypeError, AttributeError, yaml.YAMLError):
+            continue
     return shapes
+
+
+def shape(name: str) -> ModelShape:
+    """The shape of ``conf/model/<name>.yaml``; KeyError names the known ones."""
+    shapes = _read_shapes(str(conf_model_dir()))
+    if name not in shapes:
+        raise KeyError(f"model {name!r} not in conf/model ({', '.join(sorted(shapes))})")
+    return shapes[name]

@@ -1,7 +1,8 @@
-"""Load -> analyse -> write: the outputs of ``python -m analysis`` in ``<out>/``.
+"""Load -> answer every question -> write: the outputs of ``python -m analysis`` in ``<out>/``.
 
-``<out>/summary.json`` (the answer, fits, crossovers, notes), ``<out>/report.html``
-(self-contained), ``<out>/*.png`` and ``<out>/tables/*.csv`` (the loaded dataframes).
+``<out>/summary.json`` (the answer, every question's verdicts with their intervals, notes),
+``<out>/report.html`` (self-contained), ``<out>/*.png`` and ``<out>/tables/*.csv`` (the
+loaded dataframes).
 """
 
 from __future__ import annotations
@@ -11,21 +12,27 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from analysis import report
 from analysis.answer import summary_dict
-from analysis.crossover import DeploymentAnalysis, analyze
+from analysis.deployment import Context
 from analysis.load import Progress, RunData, load_runs
-from analysis.questions import Questions, answer_questions
+from analysis.plotting import make_plots
+from analysis.question import Answered
+from analysis.registry import answer_all
 
 
 @dataclass
 class Outputs:
     out_dir: Path
-    data: RunData
-    analyses: list[DeploymentAnalysis]
-    questions: Questions
+    ctx: Context
+    answered: list[Answered]
     summary: dict[str, Any]
     report: Path
     plots: list[Path]
+
+    @property
+    def data(self) -> RunData:
+        return self.ctx.data
 
 
 def write_tables(data: RunData, out_dir: Path) -> None:
@@ -40,20 +47,17 @@ def write_tables(data: RunData, out_dir: Path) -> None:
 def run_analysis(
     run_dirs: list[str | Path], out_dir: Path | None = None, progress: Progress | None = None
 ) -> Outputs:
-    from analysis import plots as plotting
-    from analysis import report
-
     say = progress or (lambda _msg: None)
     data = load_runs(run_dirs, progress=progress)
     out = Path(out_dir) if out_dir else Path(run_dirs[0]) / "analysis"
     out.mkdir(parents=True, exist_ok=True)
-    analyses = analyze(data)
-    questions = answer_questions(data, analyses)
+    ctx = Context.of(data)
+    answered = answer_all(ctx)
     say(f"[analysis] plotting into {out} ...")
-    made = plotting.make_plots(data, analyses, out, progress, questions)
-    summary = summary_dict(data, analyses, [p.path.name for p in made], questions)
+    made = make_plots(ctx, answered, out, progress)
+    summary = summary_dict(data, answered, [p.path.name for p in made])
     (out / "summary.json").write_text(json.dumps(summary, indent=1))
     write_tables(data, out)
     html_path = out / "report.html"
-    html_path.write_text(report.render(data, analyses, made, questions=questions))
-    return Outputs(out, data, analyses, questions, summary, html_path, [p.path for p in made])
+    html_path.write_text(report.render(ctx, answered, made))
+    return Outputs(out, ctx, answered, summary, html_path, [p.path for p in made])

@@ -1,10 +1,11 @@
-"""A synthetic run directory with a known answer, written through ``pdbench.results``.
+"""Synthetic run directories with a known answer and realistic noise.
 
-For tests and for trying the analysis without a cluster::
+For tests (the calibration test runs hundreds of them in memory) and for trying the
+analysis without a cluster::
 
     python -m analysis.synthetic results/synthetic-demo && python -m analysis results/synthetic-demo
 
-TTFTs follow exact cost models (optionally with seeded multiplicative noise):
+True TTFTs follow exact cost models:
 
 - recompute: ``c0 + c1 n + c2 n^2`` for ``n`` prompt tokens computed on P;
 - pull (turns >= 2): ``c0 + c1 u + c2 (u^2 + 2 u h) + alpha + h * kv_bytes / beta`` for ``u``
@@ -12,19 +13,33 @@ TTFTs follow exact cost models (optionally with seeded multiplicative noise):
 - decode_first: pull less ``router_saving_s`` when D holds at least ``cache_hit_threshold``
   of the prompt, else pull; agg: recompute less ``handoff_s``;
 - pull and decode_first's fallback pull only when the history is at least the deployment's
-  ``threshold`` (vLLM's ``kv_recompute_threshold``), else recompute.
+  ``threshold`` (vLLM's ``kv_recompute_threshold``), else recompute;
 
-so the crossover is the positive root of ``c2 h^2 + (c1 - kv_bytes / beta) h - alpha``.
+so the crossover is the positive root of ``c2 h^2 + (c1 - kv_bytes / beta) h - alpha``, and
+turn 1 (nothing to pull) costs the same in pull and recompute: the A/A control is 0.
+
+Measured TTFTs are the truth times multiplicative noise (``Noise``, each factor lognormal
+with mean 1): one per run (identical runs differ ~2x on the 2-core machine), a slow drift
+over each Deployment's run order (a random walk), one per Point, one per wave (the requests
+of one turn of one Point are batched together) and one per request (heavy-tailed, ~35%).
+Every (history length, flow) is measured ``repetitions`` times, as independent Points;
+the Points of a Deployment run in a seeded random order (``order_index``), repetition
+``r`` of every flow with the same conversations. Requests carry the TTFT split of the
+record contract (``ttft_split``: router, P queue, P compute, P pull, hand-off, D's first
+step, residual; ``split_source`` "per_request").
 """
 
 from __future__ import annotations
 
 import math
-import random
 import sys
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
+import numpy as np
+
+from analysis.model_cost import ModelShape, shape
 from pdbench.results import (
     LatencyStats,
     PointResult,
@@ -37,18 +52,48 @@ from pdbench.results import (
     write_lines_atomic,
 )
 
-TINY_MODEL = {
-    "name": "tiny_llama",
-    "num_layers": 2,
-    "hidden_size": 128,
-    "num_attention_heads": 4,
-    "num_kv_heads": 2,
-    "head_dim": 0,
-    "intermediate_size": 256,
-    "vocab_size": 512,
-    "dtype": "float32",
-}
-TINY_KV_BYTES = 1024  # 2 x 2 layers x 2 heads x 32 x 4 B
+ITL_MS = 5.0
+# every RequestRecord field with its default (the synthetic requests fill in the rest)
+REQUEST_FIELDS = asdict(
+    RequestRecord(
+        conversation=0,
+        turn=1,
+        flow="",
+        prompt_tokens=0,
+        history_tokens=0,
+        output_token_ids=[],
+        ttft_ms=0.0,
+        itl_ms=[],
+        e2e_ms=0.0,
+        start_s=0.0,
+    )
+)
+
+
+@dataclass(frozen=True)
+class Noise:
+    """Log-scale standard deviations of the multiplicative noise (0: none)."""
+
+    request: float = 0.0  # each request on its own (heavy right tail)
+    wave: float = 0.0  # shared by a wave: the requests of one (Point, turn)
+    point: float = 0.0  # shared by a Point
+    drift: float = 0.0  # a random walk over a Deployment's run order, this spread overall
+    run: float = 0.0  # shared by the whole run
+    transfer: float = 0.0  # each traced transfer
+
+    @classmethod
+    def realistic(cls) -> Noise:
+        """Like this 2-core machine: ~30% per request, waves and Points that move together as
+        much (a wave of 2-4 batched requests is about one sample),
+        drift over a run, and identical runs ~2x apart."""
+        return cls(request=0.25, wave=0.35, point=0.15, drift=0.2, run=0.35, transfer=0.2)
+
+
+def _factor(rng: np.random.Generator, sigma: float, size=None):
+    """Lognormal with mean 1."""
+    if sigma <= 0:
+        return 1.0 if size is None else np.ones(size)
+    return np.exp(rng.normal(-0.5 * sigma**2, sigma, size))
 
 
 @dataclass
@@ -66,8 +111,11 @@ class SyntheticDeployment:
     beta_bytes_per_s: float = 1e9
     router_saving_s: float = 0.002
     handoff_s: float = 0.004
-    model: dict = field(default_factory=lambda: dict(TINY_MODEL))
-    kv_bytes_per_token: int = TINY_KV_BYTES
+    model: str = "tiny_llama"  # a conf/model name
+
+    @property
+    def shape(self) -> ModelShape:
+        return shape(self.model)
 
     @property
     def ucx_tls(self) -> str:
@@ -76,13 +124,13 @@ class SyntheticDeployment:
     @property
     def deployment_id(self) -> str:
         where = "" if self.placement == "same_node" else f"-{self.placement}"
-        name = self.model["name"]
-        return f"{name}-p{self.p_tp}d{self.d_tp}-{self.transport}{where}-t{self.threshold}"
+        return f"{self.model}-p{self.p_tp}d{self.d_tp}-{self.transport}{where}-t{self.threshold}"
 
     @property
     def transfer_kv_bytes_per_token(self) -> float:
         """One transfer moves one D rank's heads."""
-        return self.kv_bytes_per_token / min(self.d_tp, self.model["num_kv_heads"])
+        s = self.shape
+        return s.kv_bytes_per_token / min(self.d_tp, s.num_kv_heads)
 
     def exact_crossover(self) -> float:
         a, c = self.c2_s, -self.alpha_s
@@ -90,6 +138,11 @@ class SyntheticDeployment:
         if a == 0:
             return -c / b
         return (-b + math.sqrt(b * b - 4 * a * c)) / (2 * a)
+
+    def saving_s(self, h: float) -> float:
+        """True TTFT(recompute) - TTFT(pull) at ``h`` history tokens (pull always pulls)."""
+        per = self.transfer_kv_bytes_per_token / self.beta_bytes_per_s
+        return self.c1_s * h + self.c2_s * h * h - self.alpha_s - per * h
 
     def recompute_s(self, n: float) -> float:
         return self.c0_s + self.c1_s * n + self.c2_s * n * n
@@ -102,9 +155,10 @@ class SyntheticDeployment:
         return compute + self.transfer_s(h * self.transfer_kv_bytes_per_token)
 
     def record(self) -> dict:
+        s = self.shape
         return {
             "deployment_id": self.deployment_id,
-            "model": self.model,
+            "model": {**s.to_dict(), "name": self.model},
             "topology": {
                 "name": f"1p1d_tp{self.p_tp}{self.d_tp}",
                 "prefill": {"count": 1, "tp": self.p_tp},
@@ -118,16 +172,227 @@ class SyntheticDeployment:
         }
 
 
-def _ttft(dep: SyntheticDeployment, flow: str, turn: int, h: int, user: int) -> tuple:
-    """(seconds, tokens computed, tokens pulled, the router's route) of one request."""
+@dataclass(frozen=True)
+class Cost:
+    """One request's true TTFT and its parts (seconds), tokens computed and pulled, route."""
+
+    seconds: float
+    computed: int
+    pulled: int
+    route: str
+    parts: dict[str, float] = field(default_factory=dict)
+
+
+def _cost(dep: SyntheticDeployment, flow: str, turn: int, h: int, user: int) -> Cost:
     n = h + user
+    c0 = dep.c0_s
+    fixed = {"router_ms": 0.05 * c0, "p_queue_ms": 0.15 * c0, "d_first_step_ms": 0.4 * c0}
     if flow == "agg":
-        return dep.recompute_s(n) - dep.handoff_s, n, 0, "agg"
-    if flow == "decode_first" and turn > 1 and h / n >= dep.cache_hit_threshold:
-        return dep.pull_s(h, user) - dep.router_saving_s, user, h, "decode_first"
+        s = dep.recompute_s(n) - dep.handoff_s
+        return Cost(s, n, 0, "agg", {**fixed, "p_compute_ms": s - sum(fixed.values())})
+    pull = flow == "decode_first" and turn > 1 and h / n >= dep.cache_hit_threshold
     if flow == "recompute" or turn == 1 or h < dep.threshold:
-        return dep.recompute_s(n), n, 0, "recompute"
-    return dep.pull_s(h, user), user, h, "pull"
+        pull = False
+        route = "recompute"
+    else:
+        route = "decode_first" if pull else "pull"
+        pull = True
+    if not pull:
+        s = dep.recompute_s(n)
+        compute = s - 0.6 * c0
+        return Cost(s, n, 0, route, {**fixed, "p_compute_ms": compute, "handoff_ms": 0.0})
+    s = dep.pull_s(h, user) - (dep.router_saving_s if route == "decode_first" else 0.0)
+    moved = dep.transfer_s(h * dep.transfer_kv_bytes_per_token)
+    compute = s - moved - 0.6 * c0
+    parts = {**fixed, "p_compute_ms": compute, "p_pull_ms": moved, "handoff_ms": 0.0}
+    return Cost(s, user, h, route, parts)
+
+
+@dataclass
+class Synthetic:
+    """What a synthetic run holds, in memory: (PointResult dict, request dicts) per Point,
+    trace lines per Point id."""
+
+    points: list[tuple[dict[str, Any], list[dict[str, Any]]]] = field(default_factory=list)
+    traces: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+
+
+def synthetic_records(
+    deployments: list[SyntheticDeployment] | None = None,
+    histories: tuple[int, ...] = (0, 256, 512, 1024, 1536),
+    turns: int = 3,
+    conversations: int = 2,
+    user_tokens: int = 64,
+    output_tokens: int = 16,
+    flows: tuple[str, ...] = ("agg", "recompute", "pull", "decode_first"),
+    noise: float | Noise = 0.0,
+    seed: int = 0,
+    kind: str = "multi_turn",
+    repetitions: int = 3,
+    traces: bool = True,
+) -> Synthetic:
+    """The records of a run (``noise``: a ``Noise``, or a float for request noise only)."""
+    deployments = deployments or [SyntheticDeployment()]
+    nz = noise if isinstance(noise, Noise) else Noise(request=float(noise))
+    rng = np.random.default_rng(seed)
+    out = Synthetic()
+    run_factor = _factor(rng, nz.run)
+    for dep in deployments:
+        record = dep.record()
+        plan = [(h, rep, f) for h in histories for rep in range(repetitions) for f in flows]
+        order = rng.permutation(len(plan))
+        steps = rng.normal(0.0, 1.0, len(plan)).cumsum()
+        if len(plan) > 1 and nz.drift > 0:
+            steps = (steps - steps.mean()) / (steps.std() or 1.0) * nz.drift
+        else:
+            steps = np.zeros(len(plan))
+        for position, i in enumerate(order):
+            hist, rep, flow = plan[i]
+            scale = run_factor * math.exp(steps[position]) * _factor(rng, nz.point)
+            point, reqs, lines = _point(
+                dep,
+                flow,
+                hist,
+                rep,
+                position,
+                turns,
+                conversations,
+                user_tokens,
+                output_tokens,
+                kind,
+                nz,
+                scale,
+                rng,
+                record,
+            )
+            out.points.append((point, reqs))
+            if traces and lines:
+                out.traces[point["point_id"]] = lines
+    return out
+
+
+def _point(dep, flow, hist, rep, position, turns, convs, user, out, kind, nz, scale, rng, record):
+    point_id = f"{dep.deployment_id}-{flow}-h{hist}-r{rep}"
+    if kind != "multi_turn":
+        point_id = f"{dep.deployment_id}-{kind}-{flow}-h{hist}-r{rep}"
+    records, rows, trace_lines = [], [], []
+    tot_bytes = tot_s = count = 0.0
+    for turn in range(1, turns + 1):
+        h = hist + (turn - 1) * (user + out)
+        cost = _cost(dep, flow, turn, h, user)
+        wave = scale * _factor(rng, nz.wave)
+        each = wave * _factor(rng, nz.request, convs)
+        ttfts = [cost.seconds * 1e3 * float(f) for f in each]
+        for conv, ms in enumerate(ttfts):
+            parts = {k: v * 1e3 * ms / (cost.seconds * 1e3) for k, v in cost.parts.items()}
+            parts = {k: v * float(_factor(rng, 0.05)) for k, v in parts.items()}
+            parts["residual_ms"] = ms - sum(parts.values())
+            records.append(
+                {
+                    **REQUEST_FIELDS,
+                    "conversation": conv,
+                    "turn": turn,
+                    "flow": flow,
+                    "prompt_tokens": h + user,
+                    "history_tokens": h,
+                    "output_token_ids": [7] * out,
+                    "ttft_ms": ms,
+                    "itl_ms": [ITL_MS] * (out - 1),
+                    "e2e_ms": ms + ITL_MS * (out - 1),
+                    "start_s": float(turn),
+                    "path": cost.route,
+                    "chunk_tokens": [1] * out,
+                    "tpot_ms": ITL_MS,
+                    "ttft_split": parts,
+                    "split_source": "per_request",
+                }
+            )
+            if cost.pulled:
+                nbytes = cost.pulled * dep.transfer_kv_bytes_per_token
+                t = dep.transfer_s(nbytes) * float(_factor(rng, nz.transfer))
+                tot_bytes, tot_s, count = tot_bytes + nbytes, tot_s + t, count + 1
+                trace_lines.append(
+                    {
+                        "request_id": f"{point_id}-c{conv}-t{turn}",
+                        "op": "READ",
+                        "direction": "P<-D",
+                        "tokens": cost.pulled,
+                        "blocks": -(-cost.pulled // 16),
+                        "bytes": nbytes,
+                        "descriptors": dep.shape.num_layers * -(-cost.pulled // 16),
+                        "post_time": 1000.0 + position * 10 + turn,
+                        "transfer_s": t,
+                    }
+                )
+        ttfts.sort()
+        mid = (ttfts[(len(ttfts) - 1) // 2] + ttfts[len(ttfts) // 2]) / 2
+        rows.append(
+            TurnRow(
+                turn=turn,
+                requests=convs,
+                history_tokens_mean=float(h),
+                prompt_tokens_mean=float(h + user),
+                ttft_ms_p50=mid,
+                ttft_ms_mean=sum(ttfts) / len(ttfts),
+                prefill_tokens_computed=float(cost.computed),
+                prefix_hit_tokens=0.0,
+                tokens_pulled=float(cost.pulled),
+                bytes_pulled=float(cost.pulled * dep.shape.kv_bytes_per_token * convs),
+                paths={cost.route: convs},
+            )
+        )
+    all_ttft = sorted(r["ttft_ms"] for r in records)
+    result = PointResult(
+        point_id=point_id,
+        status="ok",
+        error="",
+        flow=flow,
+        deployment={},  # added below: asdict would copy the model's shape for every Point
+        workload={
+            "kind": kind,
+            "conversations": convs,
+            "turns": turns,
+            "user_tokens": user,
+            "output_tokens": out,
+            "history_tokens": hist,
+            "repetition": rep,
+        },
+        summary=Summary(
+            ttft_ms=LatencyStats(
+                p50=all_ttft[len(all_ttft) // 2],
+                p90=all_ttft[-1],
+                p99=all_ttft[-1],
+                mean=sum(all_ttft) / len(all_ttft),
+            ),
+            itl_ms=LatencyStats(p50=ITL_MS, p90=ITL_MS, p99=ITL_MS, mean=ITL_MS),
+            requests=len(records),
+            output_tokens=out * len(records),
+            duration_s=10.0,
+        ),
+        by_turn=rows,
+        transfer=TransferTotals(bytes=tot_bytes, seconds=tot_s, count=count),
+        hosts={"prefill0": "127.0.0.1:8100", "decode0": "127.0.0.1:8200"},
+        started_at=1000.0 + position * 10,
+        finished_at=1000.0 + position * 10 + 9,
+    )
+    point = {**result.to_dict(), "deployment": record, "repetition": rep, "order_index": position}
+    return point, records, trace_lines
+
+
+def write_records(root: str | Path, synthetic: Synthetic) -> RunStore:
+    """Write the records the way ``RunStore.write_point`` does (requests first)."""
+    store = RunStore(root)
+    for point, reqs in synthetic.points:
+        pid = point["point_id"]
+        lines = synthetic.traces.get(pid)
+        if lines:
+            write_lines_atomic(store.traces_dir(pid) / "prefill0.jsonl", lines)
+            point = {**point, "trace_files": [f"traces/{pid}/prefill0.jsonl"]}
+        req_path = store.requests_path(pid)
+        write_lines_atomic(req_path, reqs)
+        point = {**point, "requests_file": str(req_path.relative_to(store.root))}
+        write_json_atomic(store.point_path(pid), point)
+    return store
 
 
 def write_synthetic_run(
@@ -139,16 +404,30 @@ def write_synthetic_run(
     user_tokens: int = 64,
     output_tokens: int = 16,
     flows: tuple[str, ...] = ("agg", "recompute", "pull", "decode_first"),
-    noise: float = 0.0,
+    noise: float | Noise = 0.0,
     seed: int = 0,
     kind: str = "multi_turn",
     failed_point: bool = False,
     bench: bool = True,
     traces: bool = True,
+    repetitions: int = 3,
 ) -> Path:
-    """Write the run; returns its root."""
+    """Write the run (manifest, Points, requests, traces, transfer bench); returns its root."""
     deployments = deployments or [SyntheticDeployment()]
-    rng = random.Random(seed)
+    records = synthetic_records(
+        deployments,
+        histories,
+        turns,
+        conversations,
+        user_tokens,
+        output_tokens,
+        flows,
+        noise,
+        seed,
+        kind,
+        repetitions,
+        traces,
+    )
     store = RunStore(root)
     store.write_manifest(
         {
@@ -167,13 +446,9 @@ def write_synthetic_run(
             "deployments": [{"deployment_id": d.deployment_id} for d in deployments],
         }
     )
-    for dep in deployments:
-        for hist in histories:
-            for flow in flows:
-                _write_point(store, dep, flow, hist, turns, conversations, user_tokens,
-                             output_tokens, noise, rng, traces, kind)  # fmt: skip
-        if bench:
-            _write_bench(store.root, dep)
+    write_records(root, records)
+    for dep in deployments if bench else []:
+        _write_bench(store.root, dep)
     if failed_point:
         dep = deployments[0]
         result = PointResult(
@@ -186,105 +461,6 @@ def write_synthetic_run(
         )
         store.write_point(result, [])
     return store.root
-
-
-def _write_point(store, dep, flow, hist, turns, convs, user, out, noise, rng, traces, kind):
-    point_id = f"{dep.deployment_id}-{flow}-h{hist}"
-    if kind != "multi_turn":
-        point_id = f"{dep.deployment_id}-{kind}-{flow}-h{hist}"
-    records, rows, trace_lines = [], [], []
-    tot_bytes = tot_s = count = 0.0
-    for turn in range(1, turns + 1):
-        h = hist + (turn - 1) * (user + out)
-        secs, computed, pulled, route = _ttft(dep, flow, turn, h, user)
-        ttfts = []
-        for conv in range(convs):
-            ms = secs * 1e3 * (1.0 + rng.uniform(-noise, noise))
-            ttfts.append(ms)
-            records.append(
-                RequestRecord(
-                    conversation=conv,
-                    turn=turn,
-                    flow=flow,
-                    prompt_tokens=h + user,
-                    history_tokens=h,
-                    output_token_ids=[7] * out,
-                    ttft_ms=ms,
-                    itl_ms=[5.0] * (out - 1),
-                    e2e_ms=ms + 5.0 * (out - 1),
-                    start_s=float(turn),
-                    path=route,
-                )
-            )
-            if pulled:
-                nbytes = pulled * dep.transfer_kv_bytes_per_token
-                t = dep.transfer_s(nbytes) * (1.0 + rng.uniform(-noise, noise))
-                tot_bytes, tot_s, count = tot_bytes + nbytes, tot_s + t, count + 1
-                trace_lines.append(
-                    {
-                        "request_id": f"{point_id}-c{conv}-t{turn}",
-                        "op": "READ",
-                        "direction": "P<-D",
-                        "tokens": pulled,
-                        "blocks": -(-pulled // 16),
-                        "bytes": nbytes,
-                        "descriptors": dep.model["num_layers"] * -(-pulled // 16),
-                        "post_time": 1000.0 + turn,
-                        "transfer_s": t,
-                    }
-                )
-        ttfts.sort()
-        mid = (ttfts[(len(ttfts) - 1) // 2] + ttfts[len(ttfts) // 2]) / 2
-        rows.append(
-            TurnRow(
-                turn=turn,
-                requests=convs,
-                history_tokens_mean=float(h),
-                prompt_tokens_mean=float(h + user),
-                ttft_ms_p50=mid,
-                ttft_ms_mean=sum(ttfts) / len(ttfts),
-                prefill_tokens_computed=float(computed),
-                prefix_hit_tokens=0.0,
-                tokens_pulled=float(pulled),
-                bytes_pulled=float(pulled * dep.kv_bytes_per_token * convs),
-                paths={records[-1].path: convs},
-            )
-        )
-    all_ttft = [r.ttft_ms for r in records]
-    result = PointResult(
-        point_id=point_id,
-        status="ok",
-        error="",
-        flow=flow,
-        deployment=dep.record(),
-        workload={
-            "kind": kind,
-            "conversations": convs,
-            "turns": turns,
-            "user_tokens": user,
-            "output_tokens": out,
-            "history_tokens": hist,
-        },
-        summary=Summary(
-            ttft_ms=LatencyStats(
-                p50=sorted(all_ttft)[len(all_ttft) // 2],
-                p90=max(all_ttft),
-                p99=max(all_ttft),
-                mean=sum(all_ttft) / len(all_ttft),
-            ),
-            itl_ms=LatencyStats(p50=5.0, p90=5.0, p99=5.0, mean=5.0),
-            requests=len(records),
-            output_tokens=out * len(records),
-            duration_s=10.0,
-        ),
-        by_turn=rows,
-        transfer=TransferTotals(bytes=tot_bytes, seconds=tot_s, count=count),
-        hosts={"prefill0": "127.0.0.1:8100", "decode0": "127.0.0.1:8200"},
-    )
-    if traces and trace_lines:
-        write_lines_atomic(store.traces_dir(point_id) / "prefill0.jsonl", trace_lines)
-        result.trace_files = [f"traces/{point_id}/prefill0.jsonl"]
-    store.write_point(result, records)
 
 
 def _write_bench(root: Path, dep: SyntheticDeployment) -> None:
@@ -300,13 +476,13 @@ def _write_bench(root: Path, dep: SyntheticDeployment) -> None:
                     {
                         "record_id": rid,
                         "status": "ok",
-                        "model": dep.model["name"],
+                        "model": dep.model,
                         "layout": layout,
                         "tp_split": split,
                         "tokens": tokens,
                         "blocks": -(-tokens // 16),
                         "bytes": nbytes,
-                        "descriptors": dep.model["num_layers"] * -(-tokens // 16),
+                        "descriptors": dep.shape.num_layers * -(-tokens // 16),
                         "op": op,
                         "median_s": median,
                         "p90_s": median * 1.1,
@@ -325,18 +501,28 @@ def _write_bench(root: Path, dep: SyntheticDeployment) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
-    if len(args) != 1:
+    if len(args) != 1 or args[0].startswith("-"):
         print("usage: python -m analysis.synthetic OUT_DIR", file=sys.stderr)
         return 2
+    common = {"c0_s": 0.005, "c2_s": 3e-8}  # an effect several times the noise
     deps = [
-        SyntheticDeployment(),
-        SyntheticDeployment(transport="tcp", alpha_s=0.03, beta_bytes_per_s=0.2e9),
-        SyntheticDeployment(p_tp=1, d_tp=2, alpha_s=0.02),
+        SyntheticDeployment(alpha_s=0.04, **common),
+        SyntheticDeployment(transport="tcp", alpha_s=0.06, beta_bytes_per_s=0.2e9, **common),
+        SyntheticDeployment(p_tp=1, d_tp=2, alpha_s=0.05, **common),
     ]
-    root = write_synthetic_run(args[0], deps, noise=0.05, failed_point=True)
+    root = write_synthetic_run(
+        args[0],
+        deps,
+        histories=(128, 512, 1024, 1536, 2048),
+        turns=2,
+        conversations=4,
+        repetitions=6,
+        noise=Noise.realistic(),
+        failed_point=True,
+    )
     for d in deps:
-        print(f"{d.deployment_id}: exact crossover {d.exact_crossover():.0f} tokens")
-    print(f"wrote {root}; now: python -m analysis {root}")
+        print(f"{d.deployment_id}: true crossover {d.exact_crossover():.0f} tokens")
+    print(f"wrote {root} (realistic noise, 6 repetitions); now: python -m analysis {root}")
     return 0
 
 

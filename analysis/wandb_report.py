@@ -14,42 +14,39 @@ from typing import Any
 
 import pandas as pd
 
-from analysis.flows import flows_rows
 from analysis.pipeline import Outputs
-from analysis.placement import placement_rows
-from analysis.report import crossover_rows, fit_rows, point_rows
-from analysis.threshold import threshold_rows
-
-TABLES = ("crossover", "fits", "points", "pairs", "bench")
+from analysis.report import point_rows
 
 
 def tables(out: Outputs) -> dict[str, pd.DataFrame]:
-    """The dataframes logged as W&B Tables (all cells strings or numbers)."""
-    pairs = [a.pairs.assign(deployment=a.label) for a in out.analyses if len(a.pairs)]
+    """The dataframes logged as W&B Tables: every question's tables (``<question>/<table>``,
+    each interval in its cells), the Points and the bench (all cells strings)."""
     frames = {
-        "crossover": pd.DataFrame(crossover_rows(out.analyses)),
-        "fits": pd.DataFrame(fit_rows(out.analyses)),
-        "points": pd.DataFrame(point_rows(out.data)),
-        "pairs": pd.concat(pairs, ignore_index=True) if pairs else pd.DataFrame(),
-        "bench": out.data.bench,
-        "threshold": pd.DataFrame(threshold_rows(out.questions.threshold)),
-        "flows": pd.DataFrame(flows_rows(out.questions.flows)),
-        "placement": pd.DataFrame(placement_rows(out.questions.placement)),
+        f"{a.question.name}/{name}": pd.DataFrame(rows)
+        for a in out.answered
+        for name, rows in a.tables().items()
     }
-    return {k: v.astype(str) if k != "pairs" else v for k, v in frames.items() if len(v)}
+    frames["points"] = pd.DataFrame(point_rows(out.data))
+    frames["bench"] = out.data.bench
+    return {k: v.astype(str) for k, v in frames.items() if len(v)}
 
 
 def summary_metrics(out: Outputs) -> dict[str, Any]:
-    metrics: dict[str, Any] = {}
+    """Per deployment: the measured crossover with its 95% bounds, the predictions and the
+    recommended threshold (None values left out); and whether the run is valid."""
+    metrics: dict[str, Any] = {"valid": out.summary["valid"]}
     for d in out.summary["deployments"]:
-        thr = d["kv_recompute_threshold_configured"]
-        key = f"{d['model']}/{d['transport']}/tp{d['tp_pair']}/t{thr}"
-        metrics[f"crossover_tokens/measured/{key}"] = d["measured"]["tokens"]
+        key = d["deployment_id"]
+        m = d["measured"]
+        metrics[f"crossover_tokens/measured/{key}"] = m["tokens"]
+        metrics[f"crossover_tokens/measured_low/{key}"] = m["low"]
+        metrics[f"crossover_tokens/measured_high/{key}"] = m["high"]
+        metrics[f"crossover_verdict/{key}"] = m["verdict"]
         metrics[f"crossover_tokens/fit/{key}"] = d["predicted_fit"]["tokens"]
         metrics[f"crossover_tokens/first_principles/{key}"] = d["predicted_first_principles"][
             "tokens"
         ]
-        metrics[f"recommended_threshold/{key}"] = d["recommended_kv_recompute_threshold"]
+        metrics[f"recommended_threshold/{key}"] = d["recommended_kv_recompute_threshold"]["value"]
     return {k: v for k, v in metrics.items() if v is not None}
 
 
@@ -62,7 +59,7 @@ def log_to_wandb(
 ) -> str:
     """Log tables, plots and the answer; returns what happened, in one or two lines."""
     try:
-        import wandb
+        import wandb  # lazy: heavy and optional
     except ImportError:
         return "W&B: the wandb package is not installed (pip install wandb); nothing logged"
     wandb_dir = out.out_dir / "wandb"
@@ -107,7 +104,7 @@ def build_wandb_report(
             "--wandb-mode online (and WANDB_API_KEY set)"
         )
     try:
-        import wandb_workspaces.reports.v2 as wr
+        import wandb_workspaces.reports.v2 as wr  # lazy: optional, online reports only
     except ImportError:
         return (
             "W&B Report: the wandb-workspaces package is not installed "
@@ -116,7 +113,7 @@ def build_wandb_report(
     try:
         owner = {"entity": entity} if entity else {}
         runset = wr.Runset(project=project, query=run_name, **owner)
-        panels = [wr.WeavePanelSummaryTable(table_name=f"tables/{k}") for k in TABLES]
+        panels = [wr.WeavePanelSummaryTable(table_name=f"tables/{k}") for k in tables(out)]
         panels.append(wr.MediaBrowser(media_keys=[f"plots/{p.stem}" for p in out.plots]))
         report = wr.Report(
             project=project,

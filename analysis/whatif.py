@@ -14,18 +14,24 @@ Arguments (key=value):
   kv_dtype        KV-cache dtype, if not the model's (e.g. fp8)
   at              history lengths for the speedup table (default 1024,8192,32768)
 
+Each argument once; numbers finite, rates and lengths > 0, alpha and overhead >= 0 (an
+error names the argument; exit status 2).
+
 Model: computing ``h`` history tokens costs their FLOPs (``analysis.model_cost``) at
 ``prefill_tok_s x FLOPs per short-prompt token``; pulling them costs ``alpha + h x KV bytes
-per token / bandwidth``.
+per token / bandwidth``. The fixed cost per pull (alpha) is the least measured input (the
+transfer fit's intercept, or a guess), so the answer is also shown for alphas around it.
 """
 
 from __future__ import annotations
 
+import math
 import sys
 from dataclasses import dataclass, replace
 
-from analysis.crossover import CROSSING, first_principles_saving, predicted_crossover
 from analysis.model_cost import ModelShape, known_shapes
+from analysis.predict import first_principles_saving, predicted_crossover
+from analysis.saving_curve import Shape
 
 KEYS = (
     "model",
@@ -64,6 +70,42 @@ class WhatIf:
         return self.overhead_s + compute + transfer
 
 
+def _number(
+    args: dict[str, str], key: str, default: float | None, minimum: float, strict: bool
+) -> float:
+    """``args[key]`` as a finite number >= ``minimum`` (> when ``strict``)."""
+    if key not in args:
+        if default is None:
+            raise ValueError(f"give {key}=<number>")
+        return default
+    try:
+        value = float(args[key])
+    except ValueError:
+        raise ValueError(f"{key}={args[key]!r} is not a number") from None
+    bound = "> " if strict else ">= "
+    if not math.isfinite(value) or value < minimum or (strict and value == minimum):
+        raise ValueError(f"{key}={args[key]} must be a finite number {bound}{minimum:g}")
+    return value
+
+
+def _lengths(key: str, text: str) -> list[int]:
+    out = []
+    for part in text.split(","):
+        part = part.strip()
+        if not part:
+            continue
+        try:
+            value = float(part)
+        except ValueError:
+            raise ValueError(f"{key}: {part!r} is not a number") from None
+        if not math.isfinite(value) or value <= 0 or value != int(value):
+            raise ValueError(f"{key}: {part} must be a whole number of tokens > 0")
+        out.append(int(value))
+    if not out:
+        raise ValueError(f"{key}= lists no history length")
+    return out
+
+
 def parse(argv: list[str]) -> tuple[WhatIf, list[int]]:
     """key=value arguments -> a WhatIf and the history lengths; ValueError says what's wrong."""
     args: dict[str, str] = {}
@@ -71,7 +113,11 @@ def parse(argv: list[str]) -> tuple[WhatIf, list[int]]:
         key, sep, value = arg.partition("=")
         if not sep or key not in KEYS:
             raise ValueError(f"bad argument {arg!r}; expected key=value with key in {KEYS}")
+        if key in args:
+            raise ValueError(f"{key} given twice ({args[key]!r} and {value!r}): give it once")
         args[key] = value
+    if "bandwidth_gb_s" in args and "bandwidth_gbps" in args:
+        raise ValueError("give one of bandwidth_gbps (Gbit/s) or bandwidth_gb_s (GB/s), not both")
     shapes = known_shapes()
     name = args.get("model", "")
     if name not in shapes:
@@ -80,25 +126,38 @@ def parse(argv: list[str]) -> tuple[WhatIf, list[int]]:
     if "kv_dtype" in args:
         shape = replace(shape, dtype=args["kv_dtype"])
     if "bandwidth_gb_s" in args:
-        bandwidth = float(args["bandwidth_gb_s"]) * 1e9
+        bandwidth = _number(args, "bandwidth_gb_s", None, 0.0, True) * 1e9
     elif "bandwidth_gbps" in args:
-        bandwidth = float(args["bandwidth_gbps"]) * 1e9 / 8
+        bandwidth = _number(args, "bandwidth_gbps", None, 0.0, True) * 1e9 / 8
     else:
         raise ValueError("give bandwidth_gbps=<Gbit/s> or bandwidth_gb_s=<GB/s>")
     if "prefill_tok_s" not in args:
         raise ValueError("give prefill_tok_s=<tokens/s of one prefill instance>")
+    new_tokens = _number(args, "new_tokens", 64, 0.0, True)
+    if new_tokens != int(new_tokens):
+        raise ValueError(f"new_tokens={args['new_tokens']} must be a whole number of tokens")
     w = WhatIf(
         shape=shape,
         bandwidth_bytes_per_s=bandwidth,
-        prefill_tok_s=float(args["prefill_tok_s"]),
-        alpha_s=float(args.get("alpha_ms", 0)) / 1e3,
-        new_tokens=int(args.get("new_tokens", 64)),
-        overhead_s=float(args.get("overhead_ms", 0)) / 1e3,
+        prefill_tok_s=_number(args, "prefill_tok_s", None, 0.0, True),
+        alpha_s=_number(args, "alpha_ms", 0.0, 0.0, False) / 1e3,
+        new_tokens=int(new_tokens),
+        overhead_s=_number(args, "overhead_ms", 0.0, 0.0, False) / 1e3,
     )
-    if w.bandwidth_bytes_per_s <= 0 or w.prefill_tok_s <= 0:
-        raise ValueError("bandwidth and prefill_tok_s must be > 0")
-    at = [int(x) for x in args.get("at", "1024,8192,32768").split(",") if x.strip()]
+    at = _lengths("at", args.get("at", "1024,8192,32768"))
     return w, at
+
+
+def alpha_sweep(w: WhatIf) -> list[float]:
+    """Alphas (s) around the given one: 0, half, it, 2x, 5x; decades when it is 0."""
+    if w.alpha_s <= 0:
+        return [0.0, 1e-5, 1e-4, 1e-3, 1e-2]
+    return [0.0, w.alpha_s / 2, w.alpha_s, 2 * w.alpha_s, 5 * w.alpha_s]
+
+
+def crossover_at(w: WhatIf, alpha_s: float):
+    saving = first_principles_saving(w.shape, w.flops_per_s, w.bandwidth_bytes_per_s, alpha_s)
+    return predicted_crossover(saving)
 
 
 def si(value: float, unit: str) -> str:
@@ -111,8 +170,7 @@ def si(value: float, unit: str) -> str:
 
 def report(w: WhatIf, at: list[int]) -> list[str]:
     s = w.shape
-    saving = first_principles_saving(s, w.flops_per_s, w.bandwidth_bytes_per_s, w.alpha_s)
-    cross = predicted_crossover(saving)
+    cross = crossover_at(w, w.alpha_s)
     compute_us = s.flops_per_token(0.0) / w.flops_per_s * 1e6
     pull_us = s.kv_bytes_per_token / w.bandwidth_bytes_per_s * 1e6
     lines = [
@@ -124,7 +182,7 @@ def report(w: WhatIf, at: list[int]) -> list[str]:
         f"({w.bandwidth_bytes_per_s * 8 / 1e9:.0f} Gbit/s); alpha {w.alpha_s * 1e3:.3f} ms",
         f"per history token: recompute {compute_us:.2f} us (+ attention), pull {pull_us:.3f} us",
     ]
-    if cross.status == CROSSING:
+    if cross.shape is Shape.CROSSING:
         lines.append(f"predicted crossover: pull beats recompute above {cross.tokens:,.0f} tokens")
     else:
         lines.append(f"predicted crossover: {cross.describe()}")
@@ -136,6 +194,13 @@ def report(w: WhatIf, at: list[int]) -> list[str]:
         f"(TTFT parts that differ: {w.new_tokens} new tokens computed in both flows, "
         f"overhead {w.overhead_s * 1e3:.1f} ms; speedup = recompute / pull)"
     )
+    lines.append("how the crossover moves with alpha (the fixed cost per pull, least measured):")
+    lines.append(f"{'alpha ms':>9}  {'crossover (tokens)':>18}")
+    for alpha in alpha_sweep(w):
+        c = crossover_at(w, alpha)
+        text = f"{c.tokens:,.0f}" if c.shape is Shape.CROSSING else c.describe()
+        mark = "  <- given" if alpha == w.alpha_s else ""
+        lines.append(f"{alpha * 1e3:>9.3f}  {text:>18}{mark}")
     return lines
 
 

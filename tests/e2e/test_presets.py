@@ -43,7 +43,7 @@ def test_crossover_preset_measures_where_pull_starts_to_win(tmp_path):
         tmp_path / "run",
     )
     (dep,) = summary["deployments"]
-    assert dep["measured"]["status"] in ANSWERED, dep["measured"]
+    assert dep["measured"]["shape"] in ANSWERED, dep["measured"]
     assert dep["measured"]["lo"] < dep["measured"]["hi"]
     assert "ttft_vs_history.png" in summary["plots"]
     assert "recommended kv_recompute_threshold" in "\n".join(summary["answer"])

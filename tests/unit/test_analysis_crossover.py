@@ -1,78 +1,57 @@
-"""Crossover: interpolation, prediction and recommendation on data with a known answer."""
+"""Per deployment: the measured crossover, the fits, the predictions and the threshold on
+synthetic runs with a known answer (exact ones: the intervals collapse onto the truth)."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from analysis.crossover import (
-    CROSSING,
-    NO_DATA,
-    PULL_EVERYWHERE,
-    RECOMPUTE_EVERYWHERE,
-    Crossover,
-    analyze,
-    measured_crossover,
-    predicted_crossover,
-    recommend_threshold,
-    transfer_bytes_per_token,
-)
+from analysis.deployment import Context, advise_threshold
 from analysis.load import load_runs, normalize_trace
-from analysis.model_cost import BUILTIN_SHAPES
+from analysis.model_cost import known_shapes
+from analysis.predict import predicted_crossover, transfer_bytes_per_token
+from analysis.pull_recompute import Measured
+from analysis.saving_curve import Crossover, Shape
+from analysis.stats import Status
 from analysis.synthetic import SyntheticDeployment, write_synthetic_run
 
 pytestmark = pytest.mark.unit
 
 
-def test_measured_crossover_interpolates_the_last_sign_change():
-    c = measured_crossover(np.array([1000, 2000, 4000, 8000]), np.array([-30, -10, 10, 50]))
-    assert c.status == CROSSING and c.tokens == pytest.approx(3000)
-    assert (c.lo, c.hi, c.sign_changes) == (1000, 8000, 1)
-    # unsorted input and repeated lengths (several turns) are averaged per length
-    c = measured_crossover(np.array([4000, 1000, 4000, 2000]), np.array([0, -5, 20, -10]))
-    assert c.tokens == pytest.approx(3000)
-    # noisy: the last change counts, and the description says it is noisy
-    c = measured_crossover(np.array([1, 2, 3, 4]), np.array([-1, 1, -1, 1]))
-    assert c.tokens == pytest.approx(3.5) and c.sign_changes == 3 and "noisy" in c.describe()
-
-
-def test_measured_crossover_outside_the_range():
-    c = measured_crossover(np.array([1000, 2000]), np.array([5, 9]))
-    assert c.status == PULL_EVERYWHERE and c.tokens is None
-    assert "pull faster from 1,000" in c.describe()
-    c = measured_crossover(np.array([1000, 2000]), np.array([-5, 0]))
-    assert c.status == RECOMPUTE_EVERYWHERE and "up to 2,000" in c.describe()
-    c = measured_crossover(np.array([]), np.array([]))
-    assert c.status == NO_DATA and "n/a" in c.describe()
+def analyses(root):
+    return Context.of(load_runs([root], progress=None)).deployments()
 
 
 def test_predicted_crossover_finds_the_root():
     c = predicted_crossover(lambda h: 1e-6 * h - 1e-3)  # 1 us saved per token, 1 ms fixed
-    assert c.status == CROSSING and c.tokens == pytest.approx(1000, rel=1e-9)
-    assert predicted_crossover(lambda h: 1e-3 + 0 * h).status == PULL_EVERYWHERE
-    assert predicted_crossover(lambda h: -1e-3 + 0 * h).status == RECOMPUTE_EVERYWHERE
+    assert c.shape is Shape.CROSSING and c.tokens == pytest.approx(1000, rel=1e-9)
+    assert predicted_crossover(lambda h: 1e-3 + 0 * h).shape is Shape.PULL_EVERYWHERE
+    assert predicted_crossover(lambda h: -1e-3 + 0 * h).shape is Shape.RECOMPUTE_EVERYWHERE
 
 
-def test_recommend_threshold_rounds_to_blocks_and_explains():
-    none = Crossover(None, NO_DATA)
-    meas = Crossover(1001.0, CROSSING, 100, 4000)
-    assert recommend_threshold(meas, none, none, 16) == (1008, "measured crossover")
-    below = Crossover(None, PULL_EVERYWHERE, 100, 4000)
-    thr, why = recommend_threshold(below, Crossover(40.0, CROSSING), none, 16)
-    assert thr == 48 and "below" in why
-    assert recommend_threshold(below, none, none, 16)[0] == 96  # shortest, rounded down
-    above = Crossover(None, RECOMPUTE_EVERYWHERE, 100, 4000)
-    assert recommend_threshold(above, none, none, 16)[0] is None
-    assert recommend_threshold(above, Crossover(5000.0, CROSSING), none, 16)[0] == 5008
-    assert recommend_threshold(none, none, Crossover(77.0, CROSSING), 32)[0] == 96
-    assert recommend_threshold(none, none, none, 16) == (
-        None,
-        "no pull/recompute measurements and no prediction",
-    )
+def advice(crossover: Crossover, block: int = 16):
+    return advise_threshold(Measured(crossover=crossover), block)
+
+
+def test_threshold_is_advised_from_decided_verdicts_only():
+    decided = Crossover(Shape.CROSSING, Status.DECIDED, 1001.0, 950.0, 1100.0, 100, 4000)
+    a = advice(decided)
+    assert (a.value, a.low, a.high) == (1008, 960, 1104)
+    assert a.text() == "1,008 tokens, 95% CI [960, 1,104] (measured crossover)"
+    below = advice(Crossover(Shape.PULL_EVERYWHERE, Status.DECIDED, None, None, 100, 100, 4000))
+    assert below.value == 96 and "shortest, rounded down" in below.why
+    above = advice(Crossover(Shape.RECOMPUTE_EVERYWHERE, Status.DECIDED, None, 4000, None,
+                             100, 4000))  # fmt: skip
+    assert above.value is None and above.text().startswith("none: do not pull")
+    open_ = Crossover(Shape.CROSSING, Status.INCONCLUSIVE, 1001.0, None, 1100.0, 100, 4000)
+    assert advice(open_).value is None
+    assert advice(open_).text() == "not determined (the crossover is inconclusive)"
+    one = Crossover(Shape.CROSSING, Status.UNDETERMINED, 1001.0, lo=100, hi=4000)
+    assert advice(one).text() == "not determined (the crossover has no interval)"
 
 
 def test_transfer_bytes_per_token_is_one_d_rank():
-    s = BUILTIN_SHAPES["llama3_8b"]
+    s = known_shapes()["llama3_8b"]
     assert transfer_bytes_per_token(s, 1) == 131072
     assert transfer_bytes_per_token(s, 4) == 131072 / 4
     assert transfer_bytes_per_token(s, 16) == 131072 / 8  # a replicated head per rank
@@ -91,12 +70,12 @@ def exact_run(tmp_path_factory):
         histories=(0, 128, 256, 384, 512, 768, 1024, 1536),
         failed_point=True,
     )
-    return deps, analyze(load_runs([root], progress=None))
+    return deps, analyses(root)
 
 
 def test_synthetic_run_crossovers_match_the_known_answer(exact_run):
-    deps, analyses = exact_run
-    by_id = {a.deployment_id: a for a in analyses}
+    deps, found = exact_run
+    by_id = {a.deployment_id: a for a in found}
     assert set(by_id) == {d.deployment_id for d in deps}
     for dep in deps:
         a = by_id[dep.deployment_id]
@@ -106,43 +85,63 @@ def test_synthetic_run_crossovers_match_the_known_answer(exact_run):
         assert a.recompute_fit.c2_s_per_token2 == pytest.approx(dep.c2_s, rel=1e-6)
         assert a.transfer_fit.alpha_s == pytest.approx(dep.alpha_s, rel=1e-6)
         assert a.transfer_fit.beta_bytes_per_s == pytest.approx(dep.beta_bytes_per_s, rel=1e-6)
-        assert a.by_fit.status == CROSSING
+        assert a.transfer_fit.predicts and a.transfer_fit.sizes >= 3
+        assert a.by_fit.shape is Shape.CROSSING
         assert a.by_fit.tokens == pytest.approx(exact, rel=1e-4)
         assert a.fit_rms_ms == pytest.approx(0.0, abs=1e-6)
-        assert a.by_first_principles.status == CROSSING
-        assert a.transfer_source.startswith("traces")
-        if exact < a.measured.hi:  # linear interpolation of a smooth curve: close, not exact
-            assert a.measured.status == CROSSING
-            assert a.measured.tokens == pytest.approx(exact, rel=0.03)
-            assert a.fit_vs_measured == pytest.approx(0.0, abs=0.03)
-            assert a.recommended_threshold % 16 == 0
-            assert 0 <= a.recommended_threshold - a.measured.tokens < 16
-        else:
-            assert a.measured.status == RECOMPUTE_EVERYWHERE
-            assert a.recommended_threshold >= exact
-            assert "above the measured range" in a.recommendation
-    assert any("failed" in n for a in analyses for n in a.notes)
+        assert a.by_first_principles.shape is Shape.CROSSING
+        assert a.transfer_source.startswith("P<-D traces")
+        # the measured curve has the generating shape: its root is the truth, no noise
+        c = a.measured.crossover
+        assert c.decided and c.estimate == pytest.approx(exact, rel=1e-4)
+        t = a.threshold_advice
+        if exact < c.hi:
+            assert c.shape is Shape.CROSSING and c.low <= exact <= c.high
+            assert c.high - c.low < 30
+            assert a.fit_vs_measured == pytest.approx(0.0, abs=1e-3)
+            assert t.value % 16 == 0 and 0 <= t.value - c.tokens < 16
+        else:  # tcp: 1,798 tokens, beyond the longest history measured (1,696)
+            assert c.shape is Shape.RECOMPUTE_EVERYWHERE and c.low == c.hi
+            assert t.value is None and "up to 1,696" in t.why
+        assert all(cell.saving.decided or abs(cell.saving.estimate) < 1e-6
+                   for cell in a.measured.cells)  # fmt: skip
+        assert a.measured.control.diff.estimate == pytest.approx(0.0, abs=1e-9)
+        assert not a.measured.control.invalid
+    assert any("failed" in n for a in found for n in a.notes)
 
 
-def test_transfer_source_falls_back_to_bench_then_point_totals(tmp_path):
+def test_transfer_fit_takes_bench_reads_when_no_pull_was_traced(tmp_path):
     dep = SyntheticDeployment()
     root = write_synthetic_run(tmp_path / "r", [dep], traces=False)
-    (a,) = analyze(load_runs([root], progress=None))
-    assert a.transfer_source.startswith("transfer bench") and "READ" in a.transfer_source
+    (a,) = analyses(root)
+    assert a.transfer_source.startswith("transfer bench") and "op READ" in a.transfer_source
     assert "layout HND" in a.transfer_source  # the layout with most records, HND on ties
+    # without traces or bench there is no transfer fit (the Points' NIXL totals mix the
+    # hand-off with the pulls): the fits make no prediction, and say why
     root = write_synthetic_run(tmp_path / "s", [dep], traces=False, bench=False)
-    (a,) = analyze(load_runs([root], progress=None))
-    assert a.transfer_source.startswith("NIXL totals")
-    assert a.transfer_fit.alpha_s == pytest.approx(dep.alpha_s, rel=1e-3)
+    (a,) = analyses(root)
+    assert a.transfer_fit is None and a.by_fit.shape is Shape.NO_DATA
+    assert "no transfer fit" in a.by_fit.describe()
+
+
+def test_transfer_fit_with_two_pulled_sizes_makes_no_prediction(tmp_path):
+    root = write_synthetic_run(tmp_path / "r", histories=(256, 1024), turns=2, bench=False)
+    (a,) = analyses(root)
+    t = a.transfer_fit
+    assert t is not None and t.sizes == 2 and not t.predicts
+    assert t.why_not() == "2 transfer sizes (needs 3 or more)"
+    assert any("2 transfer sizes" in n for n in a.notes)
+    assert a.by_fit.shape is Shape.NO_DATA
 
 
 def test_one_flow_only_gives_no_measured_crossover(tmp_path):
     root = write_synthetic_run(tmp_path / "r", flows=("recompute",), bench=False)
-    (a,) = analyze(load_runs([root], progress=None))
-    assert a.measured.status == NO_DATA and "pull and the recompute" in a.measured.reason
-    assert a.transfer_fit is None and a.by_fit.status == NO_DATA
+    (a,) = analyses(root)
+    c = a.measured.crossover
+    assert c.shape is Shape.NO_DATA and "pull and the recompute" in c.reason
+    assert a.transfer_fit is None and a.by_fit.shape is Shape.NO_DATA
     assert a.recompute_fit is not None
-    assert a.recommended_threshold is None
+    assert a.threshold_advice.value is None
 
 
 def test_trace_lines_are_normalized_from_several_spellings():

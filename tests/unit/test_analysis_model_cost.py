@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import math
+import re
+from pathlib import Path
 
 import numpy as np
 import pytest
 
 from analysis import whatif
-from analysis.crossover import CROSSING, first_principles_saving, predicted_crossover
-from analysis.model_cost import BUILTIN_SHAPES, ModelShape, known_shapes
+from analysis.model_cost import ModelShape, known_shapes
+from analysis.predict import first_principles_saving, predicted_crossover
+from analysis.saving_curve import Shape
 
 pytestmark = pytest.mark.unit
 
@@ -50,9 +53,9 @@ def test_head_dim_defaults_and_builtin_shapes():
                                  "head_dim": 0, "num_kv_heads": 2, "num_layers": 2,
                                  "dtype": "float32"})  # fmt: skip
     assert tiny.head_dim == 32 and tiny.kv_bytes_per_token == 1024
-    assert BUILTIN_SHAPES["llama3_70b"].kv_bytes_per_token == 327680  # 320 KiB
-    assert BUILTIN_SHAPES["llama3_70b"].params == pytest.approx(70.55e9, rel=1e-3)
-    assert BUILTIN_SHAPES["llama3_8b"] == ModelShape.from_dict(LLAMA_8B)
+    assert known_shapes()["llama3_70b"].kv_bytes_per_token == 327680  # 320 KiB
+    assert known_shapes()["llama3_70b"].params == pytest.approx(70.55e9, rel=1e-3)
+    assert known_shapes()["llama3_8b"] == ModelShape.from_dict(LLAMA_8B)
     with pytest.raises(ValueError, match="lacks"):
         ModelShape.from_dict({"name": "x", "num_layers": 2})
 
@@ -69,7 +72,17 @@ def test_known_shapes_reads_conf_model(tmp_path):
     (tmp_path / "partial.yaml").write_text("name: partial\n")
     shapes = known_shapes(tmp_path)
     assert shapes["mine"].kv_bytes_per_token == 2 * 4 * 4 * 64 * 2
-    assert "partial" not in shapes and "llama3_8b" in shapes
+    assert set(shapes) == {"mine"}  # conf/model only: no shape written anywhere else
+
+
+def test_model_shapes_are_written_in_conf_model_only():
+    """The analysis and the synthetic runs take their shapes from conf/model (issue 14)."""
+    root = Path(__file__).resolve().parents[2]
+    for path in sorted((root / "analysis").glob("*.py")):
+        found = re.findall(
+            r"(?:num_kv_heads|intermediate_size)[\"']?\s*[:=]\s*\d", path.read_text()
+        )
+        assert not found, f"{path.name} writes a model shape: {found}"
 
 
 def test_first_principles_crossover_matches_the_closed_form():
@@ -81,7 +94,7 @@ def test_first_principles_crossover_matches_the_closed_form():
     root = (-b + math.sqrt(b * b - 4 * a * c)) / (2 * a)
     assert 16_000 < root < 20_000  # per token: compute 99.7 us vs pull 131 us; attention wins
     got = predicted_crossover(first_principles_saving(s, flops, bw, alpha))
-    assert got.status == CROSSING and got.tokens == pytest.approx(root, rel=1e-6)
+    assert got.shape is Shape.CROSSING and got.tokens == pytest.approx(root, rel=1e-6)
 
 
 def test_whatif_parse_units_and_errors():
@@ -114,3 +127,48 @@ def test_whatif_report_and_speedups(capsys):
     for h, sp in zip(at, speedups, strict=True):
         assert f"{h:>9,}" in out and f"{sp:>6.2f}x" in out
     assert whatif.main(["model=llama3_8b"]) == 2
+
+
+BASE = ["model=llama3_8b", "bandwidth_gbps=25", "prefill_tok_s=20000"]
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["bandwidth_gbps=nan"], "bandwidth_gbps given twice"),
+        (["alpha_ms=-1"], r"alpha_ms=-1 must be a finite number >= 0"),
+        (["alpha_ms=nan"], r"alpha_ms=nan must be a finite number >= 0"),
+        (["new_tokens=-5"], r"new_tokens=-5 must be a finite number > 0"),
+        (["new_tokens=2.5"], "new_tokens=2.5 must be a whole number"),
+        (["overhead_ms=inf"], "overhead_ms=inf must be a finite number >= 0"),
+        (["at=100,-3"], "at: -3 must be a whole number of tokens > 0"),
+        (["at=,"], "at= lists no history length"),
+        (["alpha_ms=1", "alpha_ms=2"], "alpha_ms given twice"),
+        (["bandwidth_gb_s=3"], "give one of bandwidth_gbps"),
+    ],
+)
+def test_whatif_rejects_bad_inputs_naming_the_argument(extra, message, capsys):
+    with pytest.raises(ValueError, match=message):
+        whatif.parse(BASE + extra)
+    assert whatif.main(BASE + extra) == 2
+    assert capsys.readouterr().err.startswith("error: ")
+
+
+@pytest.mark.parametrize("value", ["nan", "-1", "0", "inf", "abc"])
+def test_whatif_bandwidth_must_be_finite_and_positive(value):
+    with pytest.raises(ValueError, match="bandwidth_gbps="):
+        whatif.parse(["model=llama3_8b", "prefill_tok_s=1000", f"bandwidth_gbps={value}"])
+    with pytest.raises(ValueError, match="prefill_tok_s="):
+        whatif.parse(["model=llama3_8b", "bandwidth_gbps=10", f"prefill_tok_s={value}"])
+
+
+def test_whatif_shows_how_the_crossover_moves_with_alpha(capsys):
+    assert whatif.main([*BASE, "alpha_ms=2"]) == 0
+    out = capsys.readouterr().out
+    table = out.split("how the crossover moves with alpha")[1].splitlines()[2:]
+    alphas = [float(line.split()[0]) for line in table]
+    assert alphas == [0.0, 1.0, 2.0, 4.0, 10.0] and "<- given" in table[2]
+    w, _ = whatif.parse([*BASE, "alpha_ms=2"])
+    tokens = [whatif.crossover_at(w, a / 1e3).tokens for a in alphas[1:]]
+    assert tokens == sorted(tokens) and tokens[0] < tokens[-1]  # a dearer pull pays later
+    assert "pull faster at every length" in table[0]  # no fixed cost: pulling always pays

@@ -6,10 +6,11 @@ import base64
 import json
 import re
 from html import escape as html_escape
+from pathlib import Path
 
 import pytest
 
-from analysis.__main__ import main
+from analysis.__main__ import CORRUPT, main
 from analysis.pipeline import run_analysis
 from analysis.synthetic import SyntheticDeployment, write_synthetic_run
 from pdbench.results import PointResult, RunStore
@@ -41,9 +42,10 @@ def test_report_leads_with_the_answer_and_is_self_contained(sweep):
     html = sweep.report.read_text()
     assert sweep.report == sweep.out_dir / "report.html"
     assert sweep.out_dir.name == "analysis" and sweep.out_dir.parent.name == "run"
-    head = html[: html.index("<h2>")]
+    head = html[: html.index("<h2")]
     assert "Pull or recompute?" in head and "recommended kv_recompute_threshold" in head
-    for a in sweep.analyses:
+    assert "95% CI" in head and "A/A control" in head
+    for a in sweep.ctx.deployments():
         assert html_escape(a.label) in head
     assert "<script" not in html and "<link" not in html and 'src="http' not in html
     pngs = images(html)
@@ -56,17 +58,25 @@ def test_report_leads_with_the_answer_and_is_self_contained(sweep):
 
 def test_outputs_on_disk(sweep):
     names = {p.name for p in sweep.plots}
-    assert {"ttft_vs_history.png", "speedup.png", "ttft_by_turn.png", "fits.png"} <= names
-    assert {"transfer_bandwidth.png", "tp_pairing.png"} <= names  # bench and two pairings
+    assert {"ttft_vs_history.png", "saving.png", "ttft_by_turn.png", "fits.png"} <= names
+    assert {"transfer_bandwidth.png", "tp_pairing.png", "ttft_split.png"} <= names
     for p in sweep.plots:
         assert p.read_bytes().startswith(PNG)
     summary = json.loads((sweep.out_dir / "summary.json").read_text())
-    assert summary["points"] == {"total": 25, "ok": 24, "failed": 1, "flagged": 0}
+    # 2 deployments x 3 lengths x 4 flows x 3 repetitions, and the failed one
+    assert summary["points"] == {"total": 73, "ok": 72, "failed": 1, "corrupt": 0, "flagged": 0}
+    assert summary["valid"] is True and summary["corrupt"] == []
     assert summary["transfer_bench"]["records"] == 40
     for d in summary["deployments"]:
-        assert d["measured"]["status"] == "crossing"
-        assert d["recommended_kv_recompute_threshold"] % 16 == 0
-        assert d["kv_bytes_per_token"] == 1024 and d["recompute_fit"]["quality"]["r2"] > 0.99
+        assert d["measured"]["shape"] == "crossing" and d["measured"]["verdict"] == "decided"
+        assert d["measured"]["low"] <= d["measured"]["tokens"] <= d["measured"]["high"]
+        assert d["recommended_kv_recompute_threshold"]["value"] % 16 == 0
+        assert all(c["saving"]["verdict"] for c in d["savings"])
+    for t in summary["questions"]["transfer"]:
+        assert t["kv_bytes_per_token"] == 1024 and t["recompute_fit"]["r2"] > 0.99
+        assert set(t["recompute_fit"]["ci"]) == {"c0_s", "c1_s_per_token", "c2_s_per_token2"}
+    for table in ("points", "turns", "requests", "traces", "bench"):
+        assert (sweep.out_dir / "tables" / f"{table}.csv").stat().st_size > 0
     for table in ("points", "turns", "requests", "traces", "bench"):
         assert (sweep.out_dir / "tables" / f"{table}.csv").stat().st_size > 0
 
@@ -81,7 +91,8 @@ def test_multi_turn_smoke_run_puts_the_turn_plot_first(tmp_path, capsys):
     assert "Points ok across 1 deployment(s)" in out and "no transfer-bench records" in out
     html = (tmp_path / "out" / "report.html").read_text()
     order = re.findall(r'<figure id="plot-([a-z_]+)"', html)
-    assert order[:2] == ["flows_by_workload", "ttft_by_turn"]  # three flows: which is best?
+    assert order[0] == "flows_by_workload"  # three flows: which is best?
+    assert "ttft_by_turn" in order and "saving" in order
     assert "transfer_bandwidth" not in html  # nothing to draw it from
     assert all(p.startswith(PNG) for p in images(html))
 
@@ -123,8 +134,80 @@ def test_bench_from_a_second_run_dir_feeds_the_transfer_fit(tmp_path):
     bench = tmp_path / "bench"
     write_synthetic_run(bench, [dep], histories=(), flows=())
     out = run_analysis([sweep, bench], tmp_path / "out")
-    (a,) = out.analyses
+    (a,) = out.ctx.deployments()
     assert a.transfer_source.startswith("transfer bench")
     assert out.summary["run_dirs"] == [str(sweep), str(bench)]
     html = out.report.read_text()
     assert "sweep, bench" in html and "GB/s" in html
+
+
+def truncate(path: Path) -> None:
+    text = path.read_text()
+    path.write_text(text[: len(text) // 2])
+
+
+def test_corrupt_records_are_named_counted_and_fail_the_exit_status(tmp_path, capsys):
+    root = write_synthetic_run(tmp_path / "run", histories=(256, 1024), turns=2,
+                               flows=("recompute", "pull"), bench=False)  # fmt: skip
+    points = sorted((root / "points").glob("*.json"))
+    truncate(points[0])
+    truncate(root / "requests" / points[1].with_suffix(".jsonl").name)
+    assert main([str(root), "-q"]) == CORRUPT
+    captured = capsys.readouterr()
+    assert "11 of 12 Points ok" in captured.out
+    assert "1 corrupt Point record(s), not counted ok" in captured.out
+    assert "1 request file(s) with unreadable lines" in captured.out
+    assert points[0].name in captured.out and "not valid JSON (truncated?)" in captured.out
+    assert "unreadable line(s)" in captured.out
+    assert "--skip-corrupt" in captured.err
+    summary = json.loads((root / "analysis" / "summary.json").read_text())
+    assert summary["points"]["corrupt"] == 1 and summary["points"]["ok"] == 11
+    assert len(summary["corrupt"]) == 2
+    assert any(points[0].name in c for c in summary["corrupt"])
+    assert points[0].name in (root / "analysis" / "report.html").read_text()
+    # asked to go on without them: the same answer, exit 0
+    assert main([str(root), "-q", "--skip-corrupt"]) == 0
+
+
+OLD_POINT_KEYS = ("repetition", "order_index")
+OLD_REQUEST_KEYS = ("ttft_split", "split_source", "tpot_ms", "chunk_tokens")
+
+
+def test_records_from_before_repetitions_are_read_and_say_what_they_cannot_decide(tmp_path):
+    """Today's records: no repetition, no run order, no TTFT split; one Point per cell."""
+    root = write_synthetic_run(tmp_path / "run", histories=(256, 1024, 2048), turns=2,
+                               flows=("recompute", "pull"), repetitions=1, noise=0.1,
+                               bench=False)  # fmt: skip
+    for path in (root / "points").glob("*.json"):
+        record = json.loads(path.read_text())
+        for key in OLD_POINT_KEYS:
+            record.pop(key, None)
+        record["workload"].pop("repetition", None)
+        path.write_text(json.dumps(record))
+    for path in (root / "requests").glob("*.jsonl"):
+        rows = [json.loads(line) for line in path.read_text().splitlines()]
+        rows = [{k: v for k, v in r.items() if k not in OLD_REQUEST_KEYS} for r in rows]
+        path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    out = run_analysis([root], tmp_path / "out")
+    text = "\n".join(out.summary["answer"])
+    assert out.summary["points"]["ok"] == 6 and "1 repetition(s) per cell" in text
+    (dep,) = out.summary["deployments"]
+    assert dep["measured"]["verdict"] == "undetermined" and dep["measured"]["tokens"] > 0
+    assert "recommended kv_recompute_threshold: not determined" in text
+    assert "run 3 or more (workload.repetitions)" in text
+    assert "A/A control" in text and "not checked" in text
+    assert "ttft_split" not in out.summary["questions"]  # nothing to split
+    assert out.summary["valid"] is True
+
+
+def test_points_without_request_records_use_their_turn_rows(tmp_path):
+    root = write_synthetic_run(tmp_path / "run", histories=(256, 1024, 2048), turns=2,
+                               flows=("recompute", "pull"), bench=False)  # fmt: skip
+    for path in (root / "requests").glob("*.jsonl"):
+        path.unlink()
+    out = run_analysis([root], tmp_path / "out")
+    (dep,) = out.summary["deployments"]
+    # each wave's p50 stands for its requests: the exact run still finds its crossover
+    assert dep["measured"]["verdict"] == "decided"
+    assert dep["measured"]["tokens"] == pytest.approx(SyntheticDeployment().exact_crossover(),
+                                                      rel=1e-3)  # fmt: skip

@@ -1,0 +1,279 @@
+"""Everything measured and fitted for one deployment (pure), computed once per run.
+
+The measured comparison (``pull_recompute.measure``: per-length savings, the crossover
+with its interval, the A/A control), the cost fits (``fits``), the two predictions
+(``predict``) and the ``kv_recompute_threshold`` recommendation. The questions
+(``analysis/questions/``) read it through ``Context``.
+
+The threshold is recommended only from a decided verdict: the crossover rounded up to the
+block size (with its interval, rounded the same way); the shortest measured length when
+pull was faster at every one; none when recompute was. Otherwise "not determined".
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import pandas as pd
+
+from analysis import predict, samples
+from analysis.fits import POOR_R2, RecomputeFit, TransferFit, fit_recompute, fit_transfer
+from analysis.load import RunData, deployment_label
+from analysis.model_cost import ModelShape
+from analysis.pairs import request_frame
+from analysis.pull_recompute import Measured, measure
+from analysis.saving_curve import Shape
+from analysis.stats import Status
+
+
+def _round_up(tokens: float, block: int) -> int:
+    return int(math.ceil(max(tokens, 0.0) / block) * block)
+
+
+@dataclass(frozen=True)
+class ThresholdAdvice:
+    """A ``kv_recompute_threshold`` to set (None: never pull / not determined) and why."""
+
+    value: int | None
+    status: Status
+    why: str
+    low: int | None = None
+    high: int | None = None
+
+    def text(self) -> str:
+        if self.status is not Status.DECIDED:
+            return f"not determined ({self.why})"
+        if self.value is None:
+            return f"none: do not pull ({self.why})"
+        ci = ""
+        if self.low is not None or self.high is not None:
+            lo = f"{self.low:,}" if self.low is not None else "0"
+            hi = f"{self.high:,}" if self.high is not None else "?"
+            ci = f", 95% CI [{lo}, {hi}]"
+        return f"{self.value:,} tokens{ci} ({self.why})"
+
+    def to_dict(self) -> dict:
+        return {
+            "value": self.value,
+            "low": self.low,
+            "high": self.high,
+            "status": self.status.value,
+            "why": self.why,
+            "text": self.text(),
+        }
+
+
+def advise_threshold(m: Measured, block_size: int) -> ThresholdAdvice:
+    c = m.crossover
+    block = max(1, int(block_size or 1))
+    if not c.decided:
+        why = {
+            Status.INCONCLUSIVE: "the crossover is inconclusive",
+            Status.UNDETERMINED: "the crossover has no interval",
+        }.get(c.status, "")
+        return ThresholdAdvice(None, c.status, why or c.reason or "no crossover measured")
+    if c.shape is Shape.CROSSING:
+        lo = _round_up(c.low, block) if c.low is not None else None
+        hi = _round_up(c.high, block) if c.high is not None else None
+        value = _round_up(c.estimate if c.estimate is not None else c.low, block)
+        return ThresholdAdvice(value, Status.DECIDED, "measured crossover", lo, hi)
+    if c.shape is Shape.PULL_EVERYWHERE:
+        floor = int(c.lo // block * block)
+        why = "pull was faster at every measured length: the shortest, rounded down"
+        return ThresholdAdvice(floor, Status.DECIDED, why, None, floor)
+    why = f"recompute was faster at every measured length, up to {c.hi:,.0f} tokens"
+    return ThresholdAdvice(None, Status.DECIDED, why)
+
+
+@dataclass
+class DeploymentAnalysis:
+    deployment_id: str
+    label: str
+    model: str
+    transport: str
+    tp_pair: str
+    threshold: Any  # configured kv_recompute_threshold
+    block_size: int
+    new_tokens: int  # per turn >= 2: previous output + new user message
+    shape: ModelShape | None
+    transfer_bytes_per_token: float | None  # what one transfer moves per token
+    measured: Measured
+    recompute_samples: pd.DataFrame
+    transfer_samples: pd.DataFrame
+    transfer_source: str
+    recompute_fit: RecomputeFit | None
+    transfer_fit: TransferFit | None
+    flops_per_s: float | None
+    bandwidth_bytes_per_s: float | None
+    by_fit: predict.Prediction
+    by_first_principles: predict.Prediction
+    fit_vs_measured: float | None
+    fp_vs_measured: float | None
+    fit_rms_ms: float | None
+    fp_rms_ms: float | None
+    threshold_advice: ThresholdAdvice
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def kv_bytes_per_token(self) -> int | None:
+        return self.shape.kv_bytes_per_token if self.shape else None
+
+    @property
+    def prefill_tok_s(self) -> float | None:
+        """The measured FLOP/s as tokens/s of a short prompt."""
+        if self.shape is None or not self.flops_per_s:
+            return None
+        return self.flops_per_s / self.shape.flops_per_token(0.0)
+
+
+def _lacking(parts: dict[str, Any]) -> str:
+    """``{"transfer fit": None, ...}`` -> ``"no transfer fit"``."""
+    return "no " + ", no ".join(name for name, value in parts.items() if not value)
+
+
+def _fit_notes(rfit: RecomputeFit | None, tfit: TransferFit | None, source: str) -> list[str]:
+    notes = []
+    if rfit is None:
+        notes.append("recompute fit: fewer than two distinct prompt lengths computed")
+    elif not rfit.predicts:
+        notes.append(f"recompute fit: {rfit.df} degrees of freedom: no prediction from it")
+    elif not rfit.quality.r2 >= POOR_R2:
+        notes.append(
+            f"recompute fit is poor (R² {rfit.quality.r2:.2f}): TTFT does not follow the prompt "
+            "length here (overheads dominate?); predictions from it are unreliable"
+        )
+    if tfit is None:
+        notes.append("transfer fit: no P<-D traces or bench records with two sizes")
+    elif not tfit.predicts:
+        notes.append(f"transfer fit ({source}): {tfit.why_not()}: no prediction from it")
+    elif not tfit.quality.r2 >= POOR_R2:
+        notes.append(
+            f"transfer fit is poor (R² {tfit.quality.r2:.2f}): transfer time does not follow "
+            "the size here; predictions from it are unreliable"
+        )
+    return notes
+
+
+def analyze_deployment(data: RunData, requests: pd.DataFrame, dep_id: str) -> DeploymentAnalysis:
+    pts = data.points[data.points["deployment_id"] == dep_id]
+    first = pts.iloc[0]
+    notes: list[str] = []
+    try:
+        shape = ModelShape.from_dict(data.deployments.get(dep_id, {}).get("model") or {})
+    except ValueError as exc:
+        shape = None
+        notes.append(f"first principles skipped: {exc}")
+    flows = set(pts["flow"])
+    pull_flow = "decode_first" if "decode_first" in flows and "pull" not in flows else "pull"
+    measured = measure(requests, dep_id, pull_flow)
+    rec = samples.recompute_samples(data.turns, dep_id)
+    per_xfer = predict.transfer_bytes_per_token(shape, first["d_tp"]) if shape else None
+    xfer, source = samples.transfer_samples(
+        data.traces,
+        data.bench,
+        dep_id,
+        first["tp_pair"],
+        first["model"],
+        str(first.get("ucx_tls", "") or ""),
+        per_xfer,
+    )
+    rfit = fit_recompute(rec["tokens"], rec["ttft_s"], rec["point_id"]) if len(rec) else None
+    tfit = (
+        fit_transfer(xfer["bytes"], xfer["seconds"], source, xfer["cluster"]) if len(xfer) else None
+    )
+    notes += _fit_notes(rfit, tfit, source)
+    usable = rfit and rfit.predicts and tfit and tfit.predicts
+    fit_fn = predict.fit_saving(rfit, tfit, per_xfer) if usable and per_xfer else None
+    by_fit = (
+        predict.predicted_crossover(fit_fn)
+        if fit_fn
+        else predict.none(
+            _lacking(
+                {
+                    "recompute fit": rfit and rfit.predicts,
+                    "transfer fit": tfit and tfit.predicts,
+                    "model shape": shape,
+                }
+            )
+        )
+    )
+    flops = (
+        predict.effective_flops(shape, rec["tokens"], rec["ttft_s"]) if shape and len(rec) else None
+    )
+    alpha = tfit.alpha_s if tfit else 0.0
+    bw = predict.plateau_bandwidth(xfer["bytes"], xfer["seconds"], alpha) if len(xfer) else None
+    fp_fn = (
+        predict.first_principles_saving(shape, flops, bw, alpha, per_xfer)
+        if shape and flops and bw
+        else None
+    )
+    by_fp = (
+        predict.predicted_crossover(fp_fn)
+        if fp_fn
+        else predict.none(_lacking({"prefill rate": flops, "bandwidth": bw, "model shape": shape}))
+    )
+    block = first["block_size"]
+    block = int(block) if block is not None and not pd.isna(block) else 16
+    failed = pts[pts["status"] != "ok"]
+    if len(failed):
+        notes.append(f"{len(failed)} of {len(pts)} Points failed and are left out")
+    cells = measured.cells
+    x = [c.x for c in cells]
+    saving = [c.saving.estimate for c in cells]
+    est = measured.crossover.estimate
+    return DeploymentAnalysis(
+        deployment_id=dep_id,
+        label=deployment_label(dep_id, data.points),
+        model=str(first["model"]),
+        transport=str(first["transport"]),
+        tp_pair=str(first["tp_pair"]),
+        threshold=None if pd.isna(first["threshold"]) else first["threshold"],
+        block_size=block,
+        new_tokens=int((first["user_tokens"] or 0) + (first["output_tokens"] or 0)),
+        shape=shape,
+        transfer_bytes_per_token=per_xfer,
+        measured=measured,
+        recompute_samples=rec,
+        transfer_samples=xfer,
+        transfer_source=source,
+        recompute_fit=rfit,
+        transfer_fit=tfit,
+        flops_per_s=flops,
+        bandwidth_bytes_per_s=bw,
+        by_fit=by_fit,
+        by_first_principles=by_fp,
+        fit_vs_measured=predict.relative_gap(by_fit, est),
+        fp_vs_measured=predict.relative_gap(by_fp, est),
+        fit_rms_ms=predict.rms_error_ms(fit_fn, x, saving),
+        fp_rms_ms=predict.rms_error_ms(fp_fn, x, saving),
+        threshold_advice=advise_threshold(measured, block),
+        notes=notes,
+    )
+
+
+@dataclass
+class Context:
+    """What every question reads: the loaded run, its requests, and each deployment's
+    analysis (computed on first use, then kept)."""
+
+    data: RunData
+    requests: pd.DataFrame
+    _cache: dict[str, DeploymentAnalysis] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, data: RunData) -> Context:
+        return cls(data, request_frame(data))
+
+    def deployment(self, dep_id: str) -> DeploymentAnalysis:
+        if dep_id not in self._cache:
+            self._cache[dep_id] = analyze_deployment(self.data, self.requests, dep_id)
+        return self._cache[dep_id]
+
+    def deployments(self) -> list[DeploymentAnalysis]:
+        """One per deployment with at least one Point, by id."""
+        pts = self.data.points
+        if not len(pts):
+            return []
+        return [self.deployment(d) for d in sorted(pts["deployment_id"].unique())]

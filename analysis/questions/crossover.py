@@ -1,0 +1,267 @@
+"""Pull or recompute, and from which history length on? (every deployment with both flows)
+
+The measured crossover with its 95% interval (``saving_curve``), the paired saving per
+history length with its interval, the two predictions, and the ``kv_recompute_threshold``
+to set (``deployment.advise_threshold``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from analysis import plotkit
+from analysis.deployment import Context, DeploymentAnalysis
+from analysis.fmt import pct, tokens
+from analysis.pull_recompute import flow_levels
+from analysis.question import PlotSpec, Question
+from analysis.saving_curve import Shape
+from analysis.stats import Status
+
+CELLS_SHOWN = 6  # per-length savings on the console line (all in the report)
+
+
+@dataclass
+class CrossoverAnswer:
+    a: DeploymentAnalysis
+
+    def headline(self) -> str:
+        c = self.a.measured.crossover
+        reps = f"{c.repetitions} repetitions, {c.requests:,} paired requests"
+        if c.decided and c.shape is Shape.CROSSING:
+            return (
+                f"pull beats recompute above {c.estimate:,.0f} tokens of history, 95% CI "
+                f"{c.interval_text()} (measured between {c.lo:,.0f} and {c.hi:,.0f}; {reps})"
+            )
+        if c.decided:
+            return f"measured crossover: none, {c.describe()} ({reps})"
+        return f"measured crossover: {c.describe()}"
+
+    def predictions(self) -> str:
+        a = self.a
+        parts = []
+        for p, gap, name in (
+            (a.by_fit, a.fit_vs_measured, "the fits"),
+            (a.by_first_principles, a.fp_vs_measured, "first principles"),
+        ):
+            vs = f", {pct(gap)} vs measured" if gap is not None else ""
+            parts.append(f"{p.describe()} by {name}{vs}")
+        return "; ".join(parts)
+
+    def savings(self, limit: int | None = CELLS_SHOWN) -> str:
+        cells = self.a.measured.cells
+        shown = cells if limit is None or len(cells) <= limit else cells[:: -(-len(cells) // limit)]
+        return "; ".join(f"{c.x:,.0f}: {c.saving.interval('{:,.0f}')}" for c in shown)
+
+    def lines(self) -> list[str]:
+        a = self.a
+        out = [
+            f"{a.label}: {self.headline()}. Predicted: {self.predictions()}.\n"
+            f"  recommended kv_recompute_threshold: {a.threshold_advice.text()}"
+        ]
+        if a.measured.cells:
+            out[0] += f"\n  saving of pull (recompute - pull, 95% CI) at history: {self.savings()}"
+        return out
+
+    def tables(self) -> dict[str, list[dict[str, Any]]]:
+        a, c = self.a, self.a.measured.crossover
+        row = {
+            "deployment": a.label,
+            "measured crossover": c.describe(),
+            "verdict": c.status.value,
+            "repetitions": c.repetitions,
+            "paired requests": c.requests,
+            "by fits": a.by_fit.describe(),
+            "fits vs measured": pct(a.fit_vs_measured),
+            "by first principles": a.by_first_principles.describe(),
+            "FP vs measured": pct(a.fp_vs_measured),
+            "recommended threshold": a.threshold_advice.text(),
+        }
+        cells = [
+            {
+                "deployment": a.label,
+                "kind": cell.kind,
+                "history (swept)": tokens(cell.history),
+                "turn": cell.turn,
+                "history at turn": f"{cell.x:,.0f}",
+                "TTFT recompute (ms)": f"{cell.recompute_ms:,.1f}",
+                "TTFT pull (ms)": f"{cell.pull_ms:,.1f}",
+                "saving, 95% CI": cell.saving.interval(),
+                "verdict": cell.saving.status.value,
+                "repetitions": cell.saving.repetitions,
+                "requests": cell.saving.requests,
+                "why": cell.saving.why(),
+            }
+            for cell in a.measured.cells
+        ]
+        return {"crossover": [row], "savings": cells}
+
+    def to_dict(self) -> dict[str, Any]:
+        a = self.a
+        curve = a.measured.curve
+        return {
+            "deployment_id": a.deployment_id,
+            "label": a.label,
+            "measured": a.measured.crossover.to_dict(),
+            "curve": None
+            if curve is None
+            else {
+                "coef_ms": [float(x) for x in curve.coef],
+                "h_scale": curve.scale,
+                "degree": curve.degree,
+                "alpha_ms": curve.alpha_ms(),
+            },
+            "savings": [cell.to_dict() for cell in a.measured.cells],
+            "predicted_fit": a.by_fit.to_dict(),
+            "predicted_first_principles": a.by_first_principles.to_dict(),
+            "fit_vs_measured_rel": a.fit_vs_measured,
+            "first_principles_vs_measured_rel": a.fp_vs_measured,
+            "recommended_kv_recompute_threshold": a.threshold_advice.to_dict(),
+            "text": self.lines()[0],
+        }
+
+
+@dataclass
+class NotMeasured:
+    """Deployments without both flows: one shared line."""
+
+    headline = False  # a remark, not an answer to the question
+
+    labels: list[str]
+    reasons: list[str]
+
+    def lines(self) -> list[str]:
+        return [
+            f"pull-vs-recompute crossover not measured on {len(self.labels)} deployment(s) "
+            f"({'; '.join(self.reasons)}); predictions from the fits are in the report"
+        ]
+
+    def tables(self) -> dict[str, list[dict[str, Any]]]:
+        return {}
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"not_measured": self.labels, "reasons": self.reasons, "text": self.lines()[0]}
+
+
+def answer(ctx: Context) -> list[Any]:
+    out: list[Any] = []
+    rest = []
+    for a in ctx.deployments():
+        if a.measured.crossover.shape is Shape.NO_DATA and not a.measured.cells:
+            rest.append(a)
+        else:
+            out.append(CrossoverAnswer(a))
+    if rest:
+        reasons = sorted({a.measured.crossover.reason or "no data" for a in rest})
+        out.append(NotMeasured([a.label for a in rest], reasons))
+    return out
+
+
+def measured(answers: list[Any]) -> list[DeploymentAnalysis]:
+    return [x.a for x in answers if isinstance(x, CrossoverAnswer)]
+
+
+def ttft_vs_history(plt, answers: list[Any], ctx: Context):
+    """Mean TTFT per flow at each turn >= 2's history length, with 95% intervals."""
+    deps = measured(answers) or ctx.deployments()
+    levels = {a.deployment_id: flow_levels(ctx.requests, a.deployment_id) for a in deps}
+    levels = {k: v[v["turn"] >= 2] for k, v in levels.items()}
+    if not any(v["x"].nunique() >= 2 for v in levels.values()):
+        return None
+    fig, axes = plotkit.grid(plt, len(deps))
+    for ax, a in zip(axes, deps, strict=True):
+        rows = levels[a.deployment_id]
+        for flow in plotkit.ordered(rows["flow"]):
+            f = rows[rows["flow"] == flow].sort_values("x")
+            plotkit.errorbars(
+                ax,
+                f["x"],
+                f["ttft_ms"],
+                f["low"],
+                f["high"],
+                fmt="o-",
+                ms=3.5,
+                color=plotkit.FLOW_COLORS.get(flow),
+                label=flow,
+            )
+        c = a.measured.crossover
+        if c.estimate is not None and c.shape is Shape.CROSSING:
+            ax.axvline(c.estimate, ls="--", color="k", lw=1, label="measured crossover")
+            _ci_span(ax, c)
+        plotkit.x_scale(ax, rows["x"])
+        ax.set_title(a.label, fontsize=10)
+        ax.set_xlabel("history length at the turn (tokens)")
+        ax.set_ylabel("mean TTFT (ms)")
+        ax.grid(alpha=0.3)
+        if len(rows):
+            ax.legend(fontsize=8)
+    fig.suptitle(f"TTFT vs history length, per flow (turns >= 2; {plotkit.CI_NOTE})")
+    return fig
+
+
+def _ci_span(ax, c) -> None:
+    lo = c.low if c.low is not None else c.lo
+    hi = c.high if c.high is not None else c.hi
+    if lo is not None and hi is not None:
+        ax.axvspan(lo, hi, color="k", alpha=0.08, lw=0, label="crossover 95% CI")
+
+
+def saving(plt, answers: list[Any], ctx: Context):
+    """The paired saving per length with its interval, the fitted curve and its band."""
+    deps = [a for a in measured(answers) if a.measured.cells]
+    if not deps:
+        return None
+    fig, axes = plotkit.grid(plt, len(deps), width=6.0, height=3.9)
+    for ax, a in zip(axes, deps, strict=True):
+        cells = a.measured.cells
+        x = np.array([c.x for c in cells])
+        est = np.array([c.saving.estimate for c in cells])
+        low = np.array([c.saving.low for c in cells])
+        high = np.array([c.saving.high for c in cells])
+        curve = a.measured.curve
+        if curve is not None:
+            ax.plot(curve.grid, curve.fit, "-", color="tab:blue", lw=1.2, label="fitted saving")
+            plotkit.band(ax, curve.grid, curve.low, curve.high, "tab:blue", "95% band")
+        plotkit.errorbars(
+            ax, x, est, low, high, fmt="o", ms=4, color="k", label="measured (per length and turn)"
+        )
+        ax.axhline(0.0, color="k", lw=0.8)
+        c = a.measured.crossover
+        if c.shape is not Shape.NO_DATA and c.status is not Status.UNDETERMINED:
+            _ci_span(ax, c)
+        ax.set_title(f"{a.label}\n{c.short()}", fontsize=8)
+        ax.set_xlabel("history length at the turn (tokens)")
+        ax.set_ylabel("TTFT recompute - pull (ms)")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
+    fig.suptitle("Saving of pull over recompute (> 0: pull faster), with 95% intervals")
+    return fig
+
+
+QUESTION = Question(
+    name="crossover",
+    title="Pull or recompute?",
+    answer=answer,
+    plots=(
+        PlotSpec("ttft_vs_history", "TTFT vs history length", ttft_vs_history, plotkit.CI_NOTE),
+        PlotSpec(
+            "saving",
+            "Saving of pull over recompute",
+            saving,
+            "paired TTFT difference per length (95% CI), the fitted -alpha + b h + c h^2 with "
+            "its 95% band; grey: the crossover's 95% interval",
+        ),
+    ),
+    method=(
+        "<b>Measured crossover</b>: each turn &ge; 2 of <code>recompute</code> is paired with "
+        "the same conversation's same turn of <code>pull</code> (same repetition, same tokens); "
+        "a repetition's wave means of the saving are fitted with &minus;&alpha; + b&middot;h + "
+        "c&middot;h&sup2; (weights 1/TTFT&sup2;). Its 95% band comes from the spread between "
+        "repetitions at each length (t with Satterthwaite df); the crossover's interval is "
+        "where the band holds 0. An interval that reaches the measured range's ends, or a "
+        "band that holds 0 everywhere, is <i>inconclusive</i>: the threshold is then "
+        "<i>not determined</i> and the repetitions that would decide it are estimated."
+    ),
+)

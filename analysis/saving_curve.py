@@ -1,0 +1,332 @@
+"""The crossover with its 95% interval, from every history length at once (pure numpy).
+
+The saving ``s(h) = TTFT(recompute) - TTFT(pull)`` of a turn with ``h`` history tokens has
+a known shape: recomputing ``h`` tokens costs ``c1 h + c2 h^2`` (matmuls, attention),
+pulling them ``alpha + h bytes/beta``, everything else is common to both flows. So
+
+    s(h) = -alpha + b h + c h^2
+
+is fitted (weighted least squares) to the mean paired saving of every wave (a turn of a
+repetition), linear when only two distinct lengths were measured. Why a fit and not the
+old interpolation between cell means: interpolation uses two noisy cells around the last
+sign change and flips with noise (three identical runs gave 576, 32 and 64 tokens); the fit
+uses every length, with the physically expected shape, so the noise of one cell moves it
+little. Weights: ``1 / level^2``, ``level`` the mean TTFT of both flows at that (history
+length, turn) over its repetitions (the noise is multiplicative: a 2 s TTFT is noisier in
+ms than a 50 ms one); fixed, so the fitted value at any ``h`` is linear in the wave means.
+
+The 95% band of ``s(h)`` is ``stats.linear_interval`` of the clusters' contributions (the
+stratified Rao-Wu bootstrap's closed form, Student-t with Satterthwaite df). The crossover's
+interval is the set of lengths where the band holds 0 (test inversion, as Fieller's
+interval: a length lies outside it only where the data say ``s(h) != 0`` at 95%), widened by
+one grid step each way. It covers the true crossover whenever the band covers ``s`` there,
+so at least as often as the band's own 95%. It is looked for over the measured lengths
+only: an interval that reaches either end "leaves the measured range" (inconclusive).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+
+import numpy as np
+
+from analysis.stats import (
+    MAX_REPETITIONS,
+    Status,
+    linear_interval,
+    repetitions_to_decide,
+)
+
+GRID = 241  # points of the band over the measured range
+SEARCH = 4.0  # the fitted curve's root is looked for up to SEARCH x the longest length
+
+
+class Shape(StrEnum):
+    CROSSING = "crossing"
+    PULL_EVERYWHERE = "pull_faster_everywhere"  # at every measured length
+    RECOMPUTE_EVERYWHERE = "recompute_faster_everywhere"
+    NO_DATA = "no_data"
+
+
+@dataclass(frozen=True)
+class SavingCurve:
+    """``s(h)`` fitted, in ms, with its 95% band over the measured range ``grid``."""
+
+    coef: np.ndarray  # polynomial in h / scale, lowest order first
+    scale: float
+    grid: np.ndarray
+    fit: np.ndarray
+    low: np.ndarray
+    high: np.ndarray
+    se: np.ndarray
+    df: np.ndarray
+    undetermined: bool  # a history length with one repetition: no band
+    repetitions: int  # the fewest of any history length
+    requests: int  # paired requests behind it
+    waves: int
+
+    @property
+    def degree(self) -> int:
+        return len(self.coef) - 1
+
+    @property
+    def x_min(self) -> float:
+        return float(self.grid[0])
+
+    @property
+    def x_max(self) -> float:
+        return float(self.grid[-1])
+
+    def at(self, h: np.ndarray | float) -> np.ndarray:
+        u = np.asarray(h, float) / self.scale
+        return sum(c * u**k for k, c in enumerate(self.coef))
+
+    def alpha_ms(self) -> float:
+        """The fitted saving at ``h = 0`` with its sign flipped (the pull's fixed cost)."""
+        return -float(self.coef[0])
+
+    def root(self) -> float | None:
+        """Where the fitted curve first turns from negative to positive, 0 .. SEARCH x max."""
+        h = np.linspace(0.0, SEARCH * self.x_max, 4001)
+        s = self.at(h)
+        up = np.nonzero((s[:-1] <= 0) & (s[1:] > 0))[0]
+        if not len(up):
+            return None
+        i = int(up[0])
+        a, b = h[i], h[i + 1]
+        for _ in range(60):
+            mid = 0.5 * (a + b)
+            if self.at(mid) <= 0:
+                a = mid
+            else:
+                b = mid
+        return float(b)
+
+
+def fit_curve(
+    x: np.ndarray,
+    y: np.ndarray,
+    weight: np.ndarray,
+    cluster: np.ndarray,
+    strata: np.ndarray,
+    requests: int | None = None,
+    grid_points: int = GRID,
+) -> SavingCurve | None:
+    """Weighted polynomial fit of wave means ``y`` at ``x``; None with < 2 distinct lengths.
+
+    ``cluster``: (n,) cluster (repetition) id of each wave, 0 .. G-1; ``strata``: (G,)
+    stratum (history length) of each cluster."""
+    x, y, w = (np.asarray(a, float) for a in (x, y, weight))
+    cluster, strata = np.asarray(cluster, int), np.asarray(strata, int)
+    keep = np.isfinite(x) & np.isfinite(y) & np.isfinite(w) & (w > 0)
+    x, y, w, cluster = x[keep], y[keep], w[keep], cluster[keep]
+    distinct = len(np.unique(np.round(x)))
+    if distinct < 2:
+        return None
+    degree = 2 if distinct >= 3 else 1
+    scale = float(np.max(np.abs(x))) or 1.0
+    u = x / scale
+    design = np.column_stack([u**k for k in range(degree + 1)])
+    a = (design * w[:, None]).T @ design
+    try:
+        a_inv = np.linalg.inv(a)
+    except np.linalg.LinAlgError:
+        return None
+    grid = np.linspace(float(x.min()), float(x.max()), grid_points)
+    g = np.column_stack([(grid / scale) ** k for k in range(degree + 1)])
+    per_cluster = np.zeros((len(strata), degree + 1))
+    np.add.at(per_cluster, cluster, design * (w * y)[:, None])
+    contrib = per_cluster @ (g @ a_inv).T  # (G, K): cluster g's share of s(grid)
+    spread = linear_interval(contrib, strata)
+    low, high = spread.bounds()
+    coef = a_inv @ per_cluster.sum(axis=0)
+    sizes = np.bincount(strata)
+    return SavingCurve(
+        coef=coef,
+        scale=scale,
+        grid=grid,
+        fit=spread.estimate,
+        low=low,
+        high=high,
+        se=spread.se,
+        df=spread.df,
+        undetermined=bool(spread.undetermined.any()),
+        repetitions=int(sizes[sizes > 0].min()),
+        requests=int(requests if requests is not None else len(y)),
+        waves=len(y),
+    )
+
+
+@dataclass(frozen=True)
+class Crossover:
+    """The measured crossover: an estimate, its 95% interval and the verdict.
+
+    ``low``/``high`` None: open on that side (below / above the measured range).
+    ``estimate``: the fitted curve's root (None: it has none up to SEARCH x the range);
+    outside ``lo .. hi`` it is an extrapolation."""
+
+    shape: Shape
+    status: Status
+    estimate: float | None = None
+    low: float | None = None
+    high: float | None = None
+    lo: float | None = None  # the measured range
+    hi: float | None = None
+    repetitions: int = 0
+    requests: int = 0
+    more_repetitions: int | None = None
+    reason: str = ""  # why not decided, or why no data
+
+    @property
+    def decided(self) -> bool:
+        return self.status is Status.DECIDED
+
+    @property
+    def tokens(self) -> float | None:
+        """The crossover when decided inside the range (what a threshold is set from)."""
+        return self.estimate if self.decided and self.shape is Shape.CROSSING else None
+
+    def covers(self, truth: float) -> bool:
+        """Does the interval hold ``truth``? (No interval: it claims nothing, so yes.)"""
+        if self.status is Status.UNDETERMINED or self.shape is Shape.NO_DATA:
+            return True
+        return (self.low is None or truth >= self.low) and (self.high is None or truth <= self.high)
+
+    def interval_text(self) -> str:
+        lo = f"{self.low:,.0f}" if self.low is not None else f"<{self.lo:,.0f}"
+        hi = f"{self.high:,.0f}" if self.high is not None else f">{self.hi:,.0f}"
+        return f"[{lo}, {hi}]"
+
+    def describe(self) -> str:
+        """One phrase: the crossover with its interval, or why there is none."""
+        if self.shape is Shape.NO_DATA:
+            return f"n/a ({self.reason or 'no data'})"
+        est = (
+            f"fitted {self.estimate:,.0f} tokens"
+            if self.estimate is not None
+            else "the fitted saving does not turn positive"
+        )
+        if self.status is Status.UNDETERMINED:
+            return f"not determined: {est}, no interval ({self.reason})"
+        if self.status is Status.INCONCLUSIVE:
+            return f"inconclusive: {est}, 95% CI {self.interval_text()} ({self.reason})"
+        if self.shape is Shape.PULL_EVERYWHERE:
+            return f"below the measured range: pull faster from {self.lo:,.0f} tokens on (95%)"
+        if self.shape is Shape.RECOMPUTE_EVERYWHERE:
+            return f"above the measured range: recompute faster up to {self.hi:,.0f} tokens (95%)"
+        return f"{self.estimate:,.0f} tokens, 95% CI {self.interval_text()}"
+
+    def short(self) -> str:
+        """The verdict in a few words (plot titles)."""
+        if self.shape is Shape.NO_DATA or self.status is Status.UNDETERMINED:
+            return self.describe().split(" (")[0]
+        if self.status is Status.INCONCLUSIVE:
+            est = f"fitted {self.estimate:,.0f}" if self.estimate is not None else "no crossing"
+            return f"inconclusive: {est}, 95% CI {self.interval_text()}"
+        return self.describe()
+
+    def to_dict(self) -> dict:
+        return {
+            "shape": self.shape.value,
+            "verdict": self.status.value,
+            "tokens": self.estimate,
+            "low": self.low,
+            "high": self.high,
+            "lo": self.lo,
+            "hi": self.hi,
+            "repetitions": self.repetitions,
+            "requests": self.requests,
+            "more_repetitions": self.more_repetitions,
+            "reason": self.reason,
+            "text": self.describe(),
+        }
+
+
+def crossover(curve: SavingCurve | None, reason: str = "") -> Crossover:
+    """The verdict read off ``curve``'s band (module docstring)."""
+    if curve is None:
+        return Crossover(Shape.NO_DATA, Status.UNDETERMINED, reason=reason or "no pairs")
+    grid, low, high = curve.grid, curve.low, curve.high
+    est = curve.root()
+    common = dict(
+        estimate=est,
+        lo=curve.x_min,
+        hi=curve.x_max,
+        repetitions=curve.repetitions,
+        requests=curve.requests,
+    )
+    if curve.undetermined:
+        return Crossover(
+            Shape.CROSSING,
+            Status.UNDETERMINED,
+            reason=f"{curve.repetitions} repetition(s) of a history length: its spread is "
+            "unknown; run 3 or more (workload.repetitions)",
+            **common,
+        )
+    inside = (low <= 0) & (high >= 0)
+    k = len(grid)
+    if not inside.any():
+        if (low > 0).all():
+            return Crossover(
+                Shape.PULL_EVERYWHERE, Status.DECIDED, low=None, high=curve.x_min, **common
+            )
+        if (high < 0).all():
+            return Crossover(
+                Shape.RECOMPUTE_EVERYWHERE, Status.DECIDED, low=curve.x_max, high=None, **common
+            )
+        i = int(np.nonzero(np.sign(curve.fit[:-1]) != np.sign(curve.fit[1:]))[0][0])
+        return Crossover(
+            Shape.CROSSING, Status.DECIDED, low=float(grid[i]), high=float(grid[i + 1]), **common
+        )
+    idx = np.nonzero(inside)[0]
+    a, b = int(idx[0]), int(idx[-1])
+    open_low, open_high = a == 0, b == k - 1
+    lo_ci = None if open_low else float(grid[a - 1])
+    hi_ci = None if open_high else float(grid[b + 1])
+    if not (open_low or open_high):
+        return Crossover(Shape.CROSSING, Status.DECIDED, low=lo_ci, high=hi_ci, **common)
+    out = Crossover(Shape.CROSSING, Status.INCONCLUSIVE, low=lo_ci, high=hi_ci, **common)
+    return _inconclusive(curve, out, open_low, open_high)
+
+
+def _inconclusive(curve: SavingCurve, c: Crossover, open_low: bool, open_high: bool):
+    """Say why, and how many repetitions would decide it: an open end closes once the saving
+    at that end of the range is decided (negative at the shortest length, positive at the
+    longest), so the repetitions are ``stats.repetitions_to_decide`` of that end's value."""
+    span = f"{curve.x_min:,.0f}-{curve.x_max:,.0f} tokens"
+    if open_low and open_high:
+        why = f"the saving's 95% band holds 0 at every measured length ({span})"
+    else:
+        why = f"its 95% interval leaves the measured range ({span})"
+    needed: list[int | None] = []
+    for is_open, j, sign, side in ((open_low, 0, -1, "shorter"), (open_high, -1, 1, "longer")):
+        if not is_open:
+            continue
+        value = float(curve.fit[j])
+        if value * sign <= 0:
+            why += f"; the fitted saving does not change sign there: measure {side} histories"
+            needed.append(None)
+            continue
+        needed.append(
+            repetitions_to_decide(value, float(curve.se[j]), float(curve.df[j]), curve.repetitions)
+        )
+    known = [n for n in needed if n is not None]
+    more = max(known) if known and len(known) == len(needed) else None
+    if more is not None:
+        why += f"; about {more} repetitions per length (now {curve.repetitions}) would decide it"
+    elif needed and all(n is None for n in needed) and "measure" not in why:
+        why += f"; more than {MAX_REPETITIONS} repetitions would be needed at these lengths"
+    return Crossover(
+        c.shape,
+        c.status,
+        c.estimate,
+        c.low,
+        c.high,
+        c.lo,
+        c.hi,
+        c.repetitions,
+        c.requests,
+        more,
+        why,
+    )
