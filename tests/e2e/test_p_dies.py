@@ -66,9 +66,10 @@ def wait_until_d_decodes(timeout_s: float = 120) -> None:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         now = scrape(D_PORT)
-        if now.get("vllm:num_requests_running", 0) >= 1 and now.get(
-            "vllm:generation_tokens_total", 0.0
-        ) > first:
+        if (
+            now.get("vllm:num_requests_running", 0) >= 1
+            and now.get("vllm:generation_tokens_total", 0.0) > first
+        ):
             return
         time.sleep(0.05)
     pytest.fail("D never started decoding turn 1")
