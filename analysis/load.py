@@ -148,6 +148,7 @@ def point_row(run_dir: str, p: dict[str, Any]) -> dict[str, Any]:
         "history_tokens": int(history or 0),
         "kind": wl.get("kind", ""),
         "conversations": wl.get("conversations"),
+        "concurrency": wl.get("concurrency"),
         "turns": wl.get("turns"),
         "user_tokens": wl.get("user_tokens", 0),
         "output_tokens": wl.get("output_tokens", 0),
@@ -164,10 +165,27 @@ def point_row(run_dir: str, p: dict[str, Any]) -> dict[str, Any]:
         "flags": "; ".join(p.get("flags") or []),
         "flag_count": len(p.get("flags") or []),
         "transport_used": json.dumps(p.get("transport_used") or {}, sort_keys=True),
+        **{f"bill_{k}": v for k, v in (p.get("decode_bill") or {}).items()},
     }
 
 
 POINT_COLUMNS = list(point_row("", {"point_id": "?"}))
+
+
+def shape_kinds(rows: list[dict[str, Any]]) -> None:
+    """Name the workload shape in ``kind`` where a sweep varied it (in place).
+
+    ``workload.conversation_counts`` and ``concurrencies`` make Points that differ only in
+    their number of conversations or their concurrency, at one (deployment, kind, history
+    length): requests must pair within a shape, never across. Where one (deployment, kind,
+    history length) holds several shapes, ``kind`` becomes ``<kind> <N> conv x<C>``."""
+    shapes: dict[tuple, set] = {}
+    for r in rows:
+        cell = (r["deployment_id"], r["kind"], r["history_tokens"])
+        shapes.setdefault(cell, set()).add((r.get("conversations"), r.get("concurrency")))
+    for r in rows:
+        if len(shapes[(r["deployment_id"], r["kind"], r["history_tokens"])]) > 1:
+            r["kind"] = f"{r['kind']} {r.get('conversations')} conv x{r.get('concurrency')}"
 
 
 def turn_rows(point: dict[str, Any], row: dict[str, Any]) -> list[dict[str, Any]]:
@@ -365,6 +383,7 @@ def load_runs(run_dirs: list[str | Path], progress: Progress | None = _stderr) -
     bad_requests: list[str] = []
     manifests: dict[str, dict[str, Any]] = {}
     points, turns, requests, traces, bench = [], [], [], [], []
+    read: list[tuple[Path, dict[str, Any], dict[str, Any]]] = []  # (run dir, record, row)
     deployments: dict[str, dict[str, Any]] = {}
     for raw in run_dirs:
         root = Path(raw)
@@ -387,16 +406,18 @@ def load_runs(run_dirs: list[str | Path], progress: Progress | None = _stderr) -
             p = _read_point(path, corrupt)
             if p is None:
                 continue
-            row = point_row(run_dir, p)
-            rows.append(row)
-            deployments.setdefault(row["deployment_id"], p.get("deployment") or {})
-            turns.extend(turn_rows(p, row))
-            req_file = root / (p.get("requests_file") or f"requests/{row['point_id']}.jsonl")
-            if req_file.is_file():
-                requests.extend(_request_rows(p, row, _read_jsonl(req_file, bad_requests)))
+            rows.append(point_row(run_dir, p))
+            read.append((root, p, rows[-1]))
         points.extend(rows)
         traces.extend(_load_traces(root, run_dir, rows, notes))
         bench.extend(_load_bench(root, run_dir, notes))
+    shape_kinds(points)  # before turns and requests copy each Point's kind
+    for root, p, row in read:
+        deployments.setdefault(row["deployment_id"], p.get("deployment") or {})
+        turns.extend(turn_rows(p, row))
+        req_file = root / (p.get("requests_file") or f"requests/{row['point_id']}.jsonl")
+        if req_file.is_file():
+            requests.extend(_request_rows(p, row, _read_jsonl(req_file, bad_requests)))
     return RunData(
         run_dirs=[Path(d) for d in run_dirs],
         manifests=manifests,
@@ -417,11 +438,10 @@ def records_to_run_data(
 ) -> RunData:
     """A ``RunData`` from (PointResult dict, request dicts) pairs held in memory (the
     calibration test analyses hundreds of synthetic runs without writing them)."""
-    points, turns, requests = [], [], []
+    points, turns, requests = [point_row(run_dir, p) for p, _ in items], [], []
+    shape_kinds(points)
     deployments: dict[str, dict[str, Any]] = {}
-    for p, recs in items:
-        row = point_row(run_dir, p)
-        points.append(row)
+    for (p, recs), row in zip(items, points, strict=True):
         deployments.setdefault(row["deployment_id"], p.get("deployment") or {})
         turns.extend(turn_rows(p, row))
         requests.extend(_request_rows(p, row, recs))
