@@ -8,10 +8,11 @@ Placement: instances are laid out in a fixed order (prefill, decode, agg). ``sam
 packs them onto node 0 while they fit (GPUs by TP, or CPU cores by TP x threads per rank)
 and spills to the next node; ``cross_node`` puts prefill instances on the first nodes and
 decode instances on the nodes after them. On CPU each TP rank gets its own cores; with
-``server.cpu_share_cores`` an instance whose ranks do not fit the cores left shares those
-among its ranks (``cpu_cores``). Ports: instance ``i`` (global order) listens on
-``server.base_port + i`` and its NIXL side channel on ``server.side_channel_base_port + 64 *
-i`` (vLLM 0.32's scheduler answers there for every rank; the stride leaves room).
+``server.cpu_share_cores`` and more ranks than cores, each instance gets a share of the
+cores in proportion to its ranks and its ranks share those (``share_budgets``).
+Ports: instance ``i`` (global order) listens on ``server.base_port + i`` and its NIXL side
+channel on ``server.side_channel_base_port + 64 * i`` (vLLM 0.32's scheduler answers there
+for every rank; the stride leaves room).
 """
 
 from __future__ import annotations
@@ -180,21 +181,30 @@ def _role_order(cfg: RunConfig) -> list[tuple[str, str, int]]:
     return out
 
 
-def cpu_cores(cursor: int, tp: int, threads: int, capacity: int, share: bool) -> tuple[int, ...]:
+def cpu_cores(cursor: int, tp: int, threads: int, capacity: int, budget: int) -> tuple[int, ...]:
     """The cores of one CPU instance, rank by rank (``threads`` each), from ``cursor`` on.
 
     Cores are counted across the whole plan (plan nodes sharing one host, as with the local
-    executor or the local SLURM test cluster, never pin two servers to one core). When the
-    instance does not fit the cores left and ``share`` allows it, its ranks share the cores
-    left (at least ``threads`` of them) rather than another instance's: TP ranks of one
-    server wait for each other at every layer anyway, another server would not.
+    executor or the local SLURM test cluster, never pin two servers to one core). With a
+    ``budget`` of fewer cores than its ranks need (``share_budgets``), the instance's ranks
+    share its own cores rather than another instance's: TP ranks of one server wait for
+    each other at every layer anyway, another server would not.
     """
     need = tp * threads
-    left = capacity - cursor % capacity if cursor < capacity else 0
-    if share and need > left >= threads:
-        pool = [cursor + k for k in range(left)]
-        return tuple(pool[(r * threads + k) % left] for r in range(tp) for k in range(threads))
-    return tuple((cursor + k) % capacity for k in range(need))
+    if budget >= need:
+        return tuple((cursor + k) % capacity for k in range(need))
+    pool = [(cursor + k) % capacity for k in range(budget)]
+    return tuple(pool[(r * threads + k) % budget] for r in range(tp) for k in range(threads))
+
+
+def share_budgets(needs: list[int], threads: int, capacity: int) -> list[int]:
+    """Cores per instance when ranks share cores (``server.cpu_share_cores``): all they need
+    when the plan fits, else a share of the cores in proportion to their ranks (at least one
+    rank's ``threads``)."""
+    total = sum(needs)
+    if total <= capacity:
+        return list(needs)
+    return [min(n, max(threads, capacity * n // total)) for n in needs]
 
 
 def place_instances(cfg: RunConfig) -> tuple[list[Instance], int]:
@@ -207,15 +217,19 @@ def place_instances(cfg: RunConfig) -> tuple[list[Instance], int]:
     cross = cfg.topology.placement is Placement.cross_node
     previous_role = None
     core_cursor = 0
-    for index, (name, role, tp) in enumerate(_role_order(cfg)):
+    order = _role_order(cfg)
+    needs = [tp * threads for _, _, tp in order]
+    budgets = share_budgets(needs, threads, capacity) if share else needs
+    for index, (name, role, tp) in enumerate(order):
         need = tp if kind == "gpu" else tp * threads
         role_changed = previous_role is not None and role != previous_role
         full = used and used + need > capacity and not share
         if (cross and role_changed and role == "decode") or full:
             node, used = node + 1, 0
         gpus = tuple(range(used, used + tp)) if kind == "gpu" else ()
-        cpus = cpu_cores(core_cursor, tp, threads, capacity, share) if kind == "cpu" else ()
-        core_cursor += len(set(cpus)) if share else need
+        budget = budgets[index]
+        cpus = cpu_cores(core_cursor, tp, threads, capacity, budget) if kind == "cpu" else ()
+        core_cursor += budget
         used += need
         instances.append(
             Instance(

@@ -1,7 +1,7 @@
 import pytest
 
 from pdbench.config import Flow, Placement
-from pdbench.plan import SIDE_CHANNEL_STRIDE, cpu_cores, make_plan
+from pdbench.plan import SIDE_CHANNEL_STRIDE, cpu_cores, make_plan, share_budgets
 from tests.unit.helpers import cpu_run, gpu_run
 
 pytestmark = pytest.mark.unit
@@ -47,11 +47,19 @@ def test_shared_cores_keep_p_alone_and_share_d_ranks():
     assert dep.nodes == 1
 
 
-def test_cpu_cores_wrap_only_when_no_core_is_left():
-    assert cpu_cores(0, 2, 1, 4, share=False) == (0, 1)
-    assert cpu_cores(3, 2, 1, 4, share=False) == (3, 0)  # plan nodes of one host: wrap
-    assert cpu_cores(3, 2, 1, 4, share=True) == (3, 3)  # its own ranks share core 3
-    assert cpu_cores(4, 2, 1, 4, share=True) == (0, 1)  # nothing left: wrap
+def test_shared_cores_split_by_ranks_and_never_mix_instances():
+    assert share_budgets([1, 2], 1, 2) == [1, 1]  # P TP1 + D TP2 on 2 cores
+    assert share_budgets([2, 4], 1, 2) == [1, 1]  # P TP2 + D TP4: one core each
+    assert share_budgets([2, 4], 1, 6) == [2, 4]  # fits: nothing shared
+    assert share_budgets([2, 8], 2, 4) == [2, 3]  # at least one rank's threads
+    assert cpu_cores(0, 2, 1, 4, budget=2) == (0, 1)
+    assert cpu_cores(3, 2, 1, 4, budget=2) == (3, 0)  # plan nodes of one host: wrap
+    assert cpu_cores(1, 4, 1, 2, budget=1) == (1, 1, 1, 1)  # its own ranks share core 1
+    cfg = cpu_run()
+    cfg.topology.prefill.tp, cfg.topology.decode.tp = 2, 4
+    cfg.server.cpu_share_cores = True
+    p, d = make_plan(cfg).deployments[0].instances
+    assert p.rank_cpus() == [(0,), (0,)] and d.rank_cpus() == [(1,)] * 4
 
 
 def test_ttl_sweep_makes_deployments_and_working_set_and_load_make_points():
