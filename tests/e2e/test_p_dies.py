@@ -92,7 +92,7 @@ def test_p_killed_while_d_holds_blocks_d_frees_them_within_the_ttl(tmp_path: Pat
     run_dir = tmp_path / "run"
     proc = start_pdbench([*ARGS, f"dir={run_dir}"])
     try:
-        wait_for_line(proc, "[pdbench] point [1/1]", 900)
+        wait_for_line(proc, "point [1/1]", 900)
         wait_until_d_decodes()
         prefill = server_on_port(run_dir, P_PORT)
         os.killpg(os.getpgid(prefill.pid), signal.SIGKILL)
