@@ -144,6 +144,7 @@ def point_row(run_dir: str, p: dict[str, Any]) -> dict[str, Any]:
         "tp_pair": f"{p_tp}->{d_tp}" if p_tp and d_tp else "agg",
         "placement": str(topo.get("placement", "")),
         "threshold": dep.get("kv_recompute_threshold"),
+        "ttl_s": dep.get("decoder_kv_blocks_ttl_s"),
         "block_size": (dep.get("server") or {}).get("block_size"),
         "history_tokens": int(history or 0),
         "kind": wl.get("kind", ""),
@@ -464,8 +465,9 @@ def _frame(rows: list[dict[str, Any]], columns: list[str]) -> pd.DataFrame:
 def deployment_label(dep_id: str, points: pd.DataFrame, omit: tuple[str, ...] = ()) -> str:
     """``model · transport · TP P->D · placement · threshold`` for a deployment id.
 
-    ``omit``: parts left out (``"transport"``, ``"tp"``, ``"placement"``, ``"threshold"``), to name
-    the family of deployments that differ only by that part.
+    ``omit``: parts left out (``"transport"``, ``"tp"``, ``"placement"``, ``"threshold"``,
+    ``"ttl"``), to name the family of deployments that differ only by that part. The TTL is
+    named only where the deployments differ by it.
     """
     rows = points[points["deployment_id"] == dep_id] if len(points) else points
     if not len(rows):
@@ -479,4 +481,7 @@ def deployment_label(dep_id: str, points: pd.DataFrame, omit: tuple[str, ...] = 
     thr = r["threshold"]
     if thr is not None and not pd.isna(thr) and "threshold" not in omit:
         parts.append(f"thr {thr}")
+    ttls = points["ttl_s"].dropna().unique() if "ttl_s" in points else []
+    if len(ttls) > 1 and "ttl" not in omit:  # a TTL sweep: name each deployment's
+        parts.append(f"TTL {r['ttl_s']:g} s")
     return " · ".join(parts)

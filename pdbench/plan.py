@@ -107,6 +107,7 @@ class Deployment:
             "transport": to_jsonable(self.transport),
             "server": to_jsonable(self.server),
             "kv_recompute_threshold": self.kv_recompute_threshold,
+            "decoder_kv_blocks_ttl_s": self.flow.decoder_kv_blocks_ttl_s,
             "bidirectional": self.bidirectional,
             "instances": [to_jsonable(i) for i in self.instances],
         }
