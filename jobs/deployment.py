@@ -411,12 +411,22 @@ class DeploymentJob:
                 if r.status != 200:
                     raise RuntimeError(f"router refused flow {point.flow.value}: {await r.text()}")
 
-            async def snapshot():
-                got = await asyncio.gather(*(metrics.scrape_async(session, urls[n]) for n in names))
-                return dict(zip(names, got, strict=True))
+            state: dict = {"before": {}}
 
-            before = await snapshot()
-            state = {"before": before}
+            async def snapshot():
+                got = await asyncio.gather(
+                    *(metrics.scrape_async(session, urls[n]) for n in names),
+                    return_exceptions=True,
+                )
+                # a server that died keeps its last counters: no delta, and the Point goes
+                # on (its requests fail and are recorded; the record names the dead server)
+                last = state["before"]
+                return {
+                    n: last.get(n, {}) if isinstance(g, BaseException) else g
+                    for n, g in zip(names, got, strict=True)
+                }
+
+            state["before"] = await snapshot()
 
             async def on_wave_done(turn: int, wave: list[RequestRecord]):
                 # Counters settle after the response; a short bounded wait for NIXL stats.
