@@ -144,10 +144,12 @@ def point_row(run_dir: str, p: dict[str, Any]) -> dict[str, Any]:
         "tp_pair": f"{p_tp}->{d_tp}" if p_tp and d_tp else "agg",
         "placement": str(topo.get("placement", "")),
         "threshold": dep.get("kv_recompute_threshold"),
+        "ttl_s": dep.get("decoder_kv_blocks_ttl_s"),
         "block_size": (dep.get("server") or {}).get("block_size"),
         "history_tokens": int(history or 0),
         "kind": wl.get("kind", ""),
         "conversations": wl.get("conversations"),
+        "concurrency": wl.get("concurrency"),
         "turns": wl.get("turns"),
         "user_tokens": wl.get("user_tokens", 0),
         "output_tokens": wl.get("output_tokens", 0),
@@ -164,10 +166,27 @@ def point_row(run_dir: str, p: dict[str, Any]) -> dict[str, Any]:
         "flags": "; ".join(p.get("flags") or []),
         "flag_count": len(p.get("flags") or []),
         "transport_used": json.dumps(p.get("transport_used") or {}, sort_keys=True),
+        **{f"bill_{k}": v for k, v in (p.get("decode_bill") or {}).items()},
     }
 
 
 POINT_COLUMNS = list(point_row("", {"point_id": "?"}))
+
+
+def shape_kinds(rows: list[dict[str, Any]]) -> None:
+    """Name the workload shape in ``kind`` where a sweep varied it (in place).
+
+    ``workload.conversation_counts`` and ``concurrencies`` make Points that differ only in
+    their number of conversations or their concurrency, at one (deployment, kind, history
+    length): requests must pair within a shape, never across. Where one (deployment, kind,
+    history length) holds several shapes, ``kind`` becomes ``<kind> <N> conv x<C>``."""
+    shapes: dict[tuple, set] = {}
+    for r in rows:
+        cell = (r["deployment_id"], r["kind"], r["history_tokens"])
+        shapes.setdefault(cell, set()).add((r.get("conversations"), r.get("concurrency")))
+    for r in rows:
+        if len(shapes[(r["deployment_id"], r["kind"], r["history_tokens"])]) > 1:
+            r["kind"] = f"{r['kind']} {r.get('conversations')} conv x{r.get('concurrency')}"
 
 
 def turn_rows(point: dict[str, Any], row: dict[str, Any]) -> list[dict[str, Any]]:
@@ -365,6 +384,7 @@ def load_runs(run_dirs: list[str | Path], progress: Progress | None = _stderr) -
     bad_requests: list[str] = []
     manifests: dict[str, dict[str, Any]] = {}
     points, turns, requests, traces, bench = [], [], [], [], []
+    read: list[tuple[Path, dict[str, Any], dict[str, Any]]] = []  # (run dir, record, row)
     deployments: dict[str, dict[str, Any]] = {}
     for raw in run_dirs:
         root = Path(raw)
@@ -387,16 +407,18 @@ def load_runs(run_dirs: list[str | Path], progress: Progress | None = _stderr) -
             p = _read_point(path, corrupt)
             if p is None:
                 continue
-            row = point_row(run_dir, p)
-            rows.append(row)
-            deployments.setdefault(row["deployment_id"], p.get("deployment") or {})
-            turns.extend(turn_rows(p, row))
-            req_file = root / (p.get("requests_file") or f"requests/{row['point_id']}.jsonl")
-            if req_file.is_file():
-                requests.extend(_request_rows(p, row, _read_jsonl(req_file, bad_requests)))
+            rows.append(point_row(run_dir, p))
+            read.append((root, p, rows[-1]))
         points.extend(rows)
         traces.extend(_load_traces(root, run_dir, rows, notes))
         bench.extend(_load_bench(root, run_dir, notes))
+    shape_kinds(points)  # before turns and requests copy each Point's kind
+    for root, p, row in read:
+        deployments.setdefault(row["deployment_id"], p.get("deployment") or {})
+        turns.extend(turn_rows(p, row))
+        req_file = root / (p.get("requests_file") or f"requests/{row['point_id']}.jsonl")
+        if req_file.is_file():
+            requests.extend(_request_rows(p, row, _read_jsonl(req_file, bad_requests)))
     return RunData(
         run_dirs=[Path(d) for d in run_dirs],
         manifests=manifests,
@@ -417,11 +439,10 @@ def records_to_run_data(
 ) -> RunData:
     """A ``RunData`` from (PointResult dict, request dicts) pairs held in memory (the
     calibration test analyses hundreds of synthetic runs without writing them)."""
-    points, turns, requests = [], [], []
+    points, turns, requests = [point_row(run_dir, p) for p, _ in items], [], []
+    shape_kinds(points)
     deployments: dict[str, dict[str, Any]] = {}
-    for p, recs in items:
-        row = point_row(run_dir, p)
-        points.append(row)
+    for (p, recs), row in zip(items, points, strict=True):
         deployments.setdefault(row["deployment_id"], p.get("deployment") or {})
         turns.extend(turn_rows(p, row))
         requests.extend(_request_rows(p, row, recs))
@@ -444,8 +465,9 @@ def _frame(rows: list[dict[str, Any]], columns: list[str]) -> pd.DataFrame:
 def deployment_label(dep_id: str, points: pd.DataFrame, omit: tuple[str, ...] = ()) -> str:
     """``model · transport · TP P->D · placement · threshold`` for a deployment id.
 
-    ``omit``: parts left out (``"transport"``, ``"tp"``, ``"placement"``, ``"threshold"``), to name
-    the family of deployments that differ only by that part.
+    ``omit``: parts left out (``"transport"``, ``"tp"``, ``"placement"``, ``"threshold"``,
+    ``"ttl"``), to name the family of deployments that differ only by that part. The TTL is
+    named only where the deployments differ by it.
     """
     rows = points[points["deployment_id"] == dep_id] if len(points) else points
     if not len(rows):
@@ -459,4 +481,7 @@ def deployment_label(dep_id: str, points: pd.DataFrame, omit: tuple[str, ...] = 
     thr = r["threshold"]
     if thr is not None and not pd.isna(thr) and "threshold" not in omit:
         parts.append(f"thr {thr}")
+    ttls = points["ttl_s"].dropna().unique() if "ttl_s" in points else []
+    if len(ttls) > 1 and "ttl" not in omit:  # a TTL sweep: name each deployment's
+        parts.append(f"TTL {r['ttl_s']:g} s")
     return " · ".join(parts)

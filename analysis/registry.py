@@ -8,6 +8,8 @@ from analysis.question import Answered, Question
 from analysis.questions import (
     control,
     crossover,
+    decode_cost,
+    eviction,
     flagged,
     flows,
     placement,
@@ -24,6 +26,8 @@ QUESTIONS: tuple[Question, ...] = (
     placement.QUESTION,
     tp_pairing.QUESTION,
     crossover.QUESTION,
+    decode_cost.QUESTION,
+    eviction.QUESTION,
     control.QUESTION,
     transfer.QUESTION,
     ttft_split.QUESTION,

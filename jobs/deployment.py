@@ -39,7 +39,7 @@ from jobs.preflight import (
     record_findings,
     reports_dir,
 )
-from pdbench import attribution, metrics, ttft_split
+from pdbench import attribution, decode_bill, kv_sampler, metrics, ttft_split
 from pdbench.config import Flow, TrackingConfig, WorkloadConfig
 from pdbench.launch_spec import (
     LOOPBACK,
@@ -417,7 +417,7 @@ class DeploymentJob:
         # This Point's stretch of the P/D servers' logs (every Point of a Deployment shares them).
         logs = LogWindow([i.log_path for i in self._ran.instances if i.role != "mixed"])
         try:
-            records, per_turn, totals, duration, result.router, waves = run_client(
+            records, per_turn, totals, duration, result.router, waves, kv = run_client(
                 self._drive(point, urls, router_url, label)
             )
             self._split_ttft(records, per_turn, waves)
@@ -425,6 +425,7 @@ class DeploymentJob:
             result.by_turn = per_turn
             result.metrics = totals
             result.transfer = attribution.transfer_totals(totals)
+            self._decode_bill(result, records, totals, kv)
             failed = result.summary.failed_requests
             result.status = PointStatus.ok if failed == 0 else PointStatus.failed
             if failed:
@@ -601,12 +602,22 @@ class DeploymentJob:
                 if r.status != 200:
                     raise RuntimeError(f"router refused flow {point.flow.value}: {await r.text()}")
 
-            async def snapshot():
-                got = await asyncio.gather(*(metrics.scrape_async(session, urls[n]) for n in names))
-                return dict(zip(names, got, strict=True))
+            state: dict = {"before": {}}
 
-            before = await snapshot()
-            state = {"before": before}
+            async def snapshot():
+                got = await asyncio.gather(
+                    *(metrics.scrape_async(session, urls[n]) for n in names),
+                    return_exceptions=True,
+                )
+                # a server that died keeps its last counters: no delta, and the Point goes
+                # on (its requests fail and are recorded; the record names the dead server)
+                last = state["before"]
+                return {
+                    n: last.get(n, {}) if isinstance(g, BaseException) else g
+                    for n, g in zip(names, got, strict=True)
+                }
+
+            state["before"] = await snapshot()
 
             async def on_wave_done(turn: int, wave: list[RequestRecord]):
                 # Counters settle after the response; a short bounded wait for NIXL stats.
@@ -620,12 +631,34 @@ class DeploymentJob:
                 ok = sum(r.status == "ok" for r in wave)
                 print(f"[pdbench] {label} turn {turn}: {ok}/{len(wave)} ok", flush=True)
 
+            # D's KV occupancy over the Point (and the TTL's tail: flow.kv_tail)
+            tail_s = dep.flow.decoder_kv_blocks_ttl_s + 5.0 if dep.flow.kv_tail else 0.0
+            decode = [i.name for i in dep.by_role("decode")]
+            kv = await kv_sampler.start(session, urls, dep.flow.kv_sample_period_s, decode, tail_s)
             t0 = time.perf_counter()
             records = await gen.run(specs, on_wave_done=on_wave_done)
             duration = time.perf_counter() - t0
+            if kv is not None:
+                await kv.stop()
             async with session.get(f"{router_url}/pdbench/stats") as r:
                 router_stats = await r.json()
-        return records, per_turn, totals, duration, router_stats, waves
+        return records, per_turn, totals, duration, router_stats, waves, kv
+
+    def _decode_bill(self, result: PointResult, records, totals, kv) -> None:
+        """The decode instances' bill (KV held over time, D's own ITL/TPOT) and the samples."""
+        dep = self.deployment
+        result.kv_timeline = kv.timeline if kv is not None else {}
+        result.decode_bill = decode_bill.bill(
+            records,
+            result.kv_timeline,
+            kv.blocks if kv is not None else {},
+            kv.load_end_s if kv is not None else 0.0,
+            totals,
+            [i.name for i in dep.by_role("decode")],
+            dep.server.block_size,
+            dep.flow.decoder_kv_blocks_ttl_s,
+            dep.bidirectional,
+        )
 
 
 __all__ = ["DeploymentJob", "ServerStartError"]

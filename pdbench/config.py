@@ -175,6 +175,13 @@ class FlowConfig:
     kv_recompute_threshold: int = 64
     kv_recompute_thresholds: list[int] = field(default_factory=list)  # deployment axis
     decoder_kv_blocks_ttl_s: int = 60
+    decoder_kv_blocks_ttls_s: list[int] = field(default_factory=list)  # deployment axis
+    # Servers' KV occupancy sampled this often during each Point (kv_timeline; 0: off).
+    kv_sample_period_s: float = 0.5
+    # After each Point's load, sample on until the decode instances are back at their
+    # starting occupancy, at most TTL + 5 s: the blocks the TTL alone holds, measured (and
+    # the next Point starts without them).
+    kv_tail: bool = False
     cache_hit_threshold: float = 0.8
     decode_first_fallback: Flow = Flow.pull
 
@@ -194,6 +201,10 @@ class WorkloadConfig:
     # same mean, a long tail clipped at mean * (1 + 3 * jitter)).
     length_distribution: str = "uniform"
     history_tokens: list[int] = field(default_factory=lambda: [0])  # sweep axis: prefix
+    # Further Point axes (servers stay up): the working set and the load. []: just
+    # ``conversations`` / ``concurrency``.
+    conversation_counts: list[int] = field(default_factory=list)
+    concurrencies: list[int] = field(default_factory=list)
     concurrency: int = 4
     request_rate: float = 0.0  # requests/s; 0: as fast as concurrency allows
     request_timeout_s: float = 120.0
@@ -218,7 +229,17 @@ class ServerConfig:
     max_num_seqs: int = 16
     gpu_memory_utilization: float = 0.85
     cpu_kvcache_space_gb: int = 1
+    # Cores (OMP threads) of each TP rank on CPU builds: an instance of TP n is pinned to
+    # n x this many cores, one set per rank (VLLM_CPU_OMP_THREADS_BIND "a|b").
     cpu_threads_per_instance: int = 1
+    # Let ranks share cores when the plan needs more than a node has (local executor):
+    # an instance's ranks share its own cores first (README, "Heterogeneous TP on CPU").
+    cpu_share_cores: bool = False
+    # KV-cache blocks of each prefill / decode instance (vLLM --num-gpu-blocks-override);
+    # 0: what memory holds. A small prefill cache makes P evict (cache_pressure); a small
+    # one everywhere makes NIXL's handshake register fewer blocks.
+    prefill_kv_blocks: int = 0
+    decode_kv_blocks: int = 0
     # The three below are chosen per cluster kind in conf/config.yaml (``by_device``): vLLM's
     # own values on GPU clusters, the CPU presets' on CPU ones. Set them to override.
     # CUDA graphs on (vLLM's default); true only where there are none (vLLM-CPU).

@@ -16,8 +16,9 @@ transport  backends, memory kind, UCX settings, env      expected_ucx_transports
                                                          (checks and flags, not the transfer)
 server     vLLM flags, KV space, threads, env, extra     startup_timeout_s, base_port,
            args, kv_load_failure_policy                  side_channel_base_port, router_port
-flow       kv_recompute_threshold, decoder_kv_blocks_
-           ttl_s; for decode_first Points also
+flow       kv_recompute_threshold, decoder_kv_blocks_   kv_sample_period_s (how often D's KV
+           ttl_s, kv_tail (D waits out the TTL after    occupancy is read, not what D does)
+           each Point); for decode_first Points also
            cache_hit_threshold, decode_first_fallback
 workload   every field (shape, rate, seed, history)      request_timeout_s
 connector  trace (tracing costs time on the servers)
@@ -46,6 +47,7 @@ OPERATIONAL: dict[str, frozenset[str]] = {
         {"startup_timeout_s", "base_port", "side_channel_base_port", "router_port"}
     ),
     "workload": frozenset({"request_timeout_s"}),
+    "flow": frozenset({"kv_sample_period_s"}),
 }
 
 # Router knobs that change only the Points of one flow: in those Points' ids.
@@ -60,6 +62,9 @@ SWEEP_AXES = frozenset(
         "flow.kv_recompute_threshold",
         "flow.kv_recompute_thresholds",
         "workload.history_tokens",
+        "workload.conversation_counts",
+        "workload.concurrencies",
+        "flow.decoder_kv_blocks_ttls_s",
         # more repetitions add Points; the order seed only reorders them
         "workload.repetitions",
         "workload.order_seed",

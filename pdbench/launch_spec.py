@@ -442,9 +442,11 @@ def describe(spec: LaunchSpec, plan: Plan) -> str:
         points = {p.point_id: p for p in plan.points[dep.deployment_id]}
         for index, point_id in enumerate(dep.run_order):
             point = points[point_id]
+            wl = point.workload
             lines.append(
                 f"  {index:>3} point {point_id}: flow={point.flow.value} "
-                f"history={point.history_tokens} repetition={point.repetition}"
+                f"history={point.history_tokens} repetition={point.repetition} "
+                f"conversations={wl.conversations} concurrency={wl.concurrency}"
             )
         lines.append("")
     if not spec.submissions:

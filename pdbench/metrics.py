@@ -3,7 +3,9 @@
 Counters kept (summed over label sets other than ``source``):
 ``vllm:prompt_tokens_by_source`` split into ``local_compute``, ``local_cache_hit`` and
 ``external_kv_transfer``; prompt and generation tokens; local and external prefix-cache
-queries and hits; every ``vllm:nixl_*`` series (histogram ``_sum``/``_count`` and counters).
+queries and hits; every ``vllm:nixl_*`` series (histogram ``_sum``/``_count`` and counters);
+the server's own ITL and TPOT histograms (``_sum``/``_count``: what the decode node itself
+measured per output token, beside the client's chunk gaps).
 """
 
 from __future__ import annotations
@@ -24,7 +26,13 @@ KEPT_PREFIXES = (
     # per-request histograms (sum, count): the TTFT split's per-wave means (ttft_split.py)
     "vllm:request_queue_time_seconds",
     "vllm:request_prefill_time_seconds",
+    # D's own ITL/TPOT histograms: the decode node's bill (decode_bill.py)
+    "vllm:inter_token_latency_seconds",
+    "vllm:request_time_per_output_token_seconds",
 )
+
+ITL_SECONDS = "vllm:inter_token_latency_seconds"
+TPOT_SECONDS = "vllm:request_time_per_output_token_seconds"
 
 # The gauges kept as they are (not as deltas).
 GAUGES = ("vllm:kv_cache_usage_perc", "vllm:num_requests_running")
@@ -93,3 +101,9 @@ def nixl_reads_after_expiry(d: dict[str, float]) -> float:
 
 def tokens_by_source(d: dict[str, float], source: str) -> float:
     return d.get(f"vllm:prompt_tokens_by_source_total[{source}]", 0.0)
+
+
+def histogram_mean_ms(d: dict[str, float], name: str) -> float:
+    """The mean of a seconds histogram over a delta (``_sum`` / ``_count``), in ms; 0 if empty."""
+    count = d.get(f"{name}_count", 0.0)
+    return 1e3 * d.get(f"{name}_sum", 0.0) / count if count > 0 else 0.0

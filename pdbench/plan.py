@@ -8,11 +8,14 @@ finds what is done. A Deployment measures its Points in a seeded random order
 (``pdbench.run_order``).
 
 Placement: instances are laid out in a fixed order (prefill, decode, agg). ``same_node``
-packs them onto node 0 while they fit (GPUs by TP, or CPU cores by threads) and spills to
-the next node; ``cross_node`` puts prefill instances on the first nodes and decode
-instances on the nodes after them. Ports: instance ``i`` (global order) listens on
-``server.base_port + i`` and uses NIXL side-channel ports from
-``server.side_channel_base_port + 64 * i`` (one per TP rank).
+packs them onto node 0 while they fit (GPUs by TP, or CPU cores by TP x threads per rank)
+and spills to the next node; ``cross_node`` puts prefill instances on the first nodes and
+decode instances on the nodes after them. On CPU each TP rank gets its own cores; with
+``server.cpu_share_cores`` and more ranks than cores, each instance gets a share of the
+cores in proportion to its ranks and its ranks share those (``share_budgets``).
+Ports: instance ``i`` (global order) listens on ``server.base_port + i`` and its NIXL side
+channel on ``server.side_channel_base_port + 64 * i`` (vLLM 0.32's scheduler answers there
+for every rank; the stride leaves room).
 """
 
 from __future__ import annotations
@@ -54,9 +57,16 @@ class Instance:
     node: int  # plan node index == task rank
     tp: int
     gpus: tuple[int, ...]  # device indices on its node; () on CPU
-    cpus: tuple[int, ...]  # cores it is pinned to (CPU builds)
+    cpus: tuple[int, ...]  # cores it is pinned to (CPU builds), rank 0's first
     http_port: int
     side_channel_port: int
+
+    def rank_cpus(self) -> list[tuple[int, ...]]:
+        """The cores of each TP rank: ``cpus`` cut into ``tp`` equal slices, in rank order."""
+        if not self.cpus:
+            return []
+        per_rank = max(1, len(self.cpus) // self.tp)
+        return [self.cpus[r * per_rank : (r + 1) * per_rank] for r in range(self.tp)]
 
 
 @dataclass
@@ -90,6 +100,7 @@ class Deployment:
             "server": measured("server", to_jsonable(self.server)),
             "kv_recompute_threshold": self.kv_recompute_threshold,
             "decoder_kv_blocks_ttl_s": self.flow.decoder_kv_blocks_ttl_s,
+            "kv_tail": self.flow.kv_tail,
             "bidirectional": self.bidirectional,
             "trace": self.connector.trace,
         }
@@ -103,6 +114,7 @@ class Deployment:
             "transport": to_jsonable(self.transport),
             "server": to_jsonable(self.server),
             "kv_recompute_threshold": self.kv_recompute_threshold,
+            "decoder_kv_blocks_ttl_s": self.flow.decoder_kv_blocks_ttl_s,
             "bidirectional": self.bidirectional,
             "instances": [to_jsonable(i) for i in self.instances],
         }
@@ -181,25 +193,55 @@ def _role_order(cfg: RunConfig) -> list[tuple[str, str, int]]:
     return out
 
 
+def cpu_cores(cursor: int, tp: int, threads: int, capacity: int, budget: int) -> tuple[int, ...]:
+    """The cores of one CPU instance, rank by rank (``threads`` each), from ``cursor`` on.
+
+    Cores are counted across the whole plan (plan nodes sharing one host, as with the local
+    executor or the local SLURM test cluster, never pin two servers to one core). With a
+    ``budget`` of fewer cores than its ranks need (``share_budgets``), the instance's ranks
+    share its own cores rather than another instance's: TP ranks of one server wait for
+    each other at every layer anyway, another server would not.
+    """
+    need = tp * threads
+    if budget >= need:
+        return tuple((cursor + k) % capacity for k in range(need))
+    pool = [(cursor + k) % capacity for k in range(budget)]
+    return tuple(pool[(r * threads + k) % budget] for r in range(tp) for k in range(threads))
+
+
+def share_budgets(needs: list[int], threads: int, capacity: int) -> list[int]:
+    """Cores per instance when ranks share cores (``server.cpu_share_cores``): all they need
+    when the plan fits, else a share of the cores in proportion to their ranks (at least one
+    rank's ``threads``)."""
+    total = sum(needs)
+    if total <= capacity:
+        return list(needs)
+    return [min(n, max(threads, capacity * n // total)) for n in needs]
+
+
 def place_instances(cfg: RunConfig) -> tuple[list[Instance], int]:
     """Lay instances onto nodes; returns the instances and the number of nodes used."""
     kind, capacity = _node_capacity(cfg)
     threads = cfg.server.cpu_threads_per_instance
+    share = kind == "cpu" and cfg.server.cpu_share_cores
     instances: list[Instance] = []
     node, used = 0, 0
     cross = cfg.topology.placement is Placement.cross_node
     previous_role = None
     core_cursor = 0
-    for index, (name, role, tp) in enumerate(_role_order(cfg)):
-        need = tp if kind == "gpu" else threads
+    order = _role_order(cfg)
+    needs = [tp * threads for _, _, tp in order]
+    budgets = share_budgets(needs, threads, capacity) if share else needs
+    for index, (name, role, tp) in enumerate(order):
+        need = tp if kind == "gpu" else tp * threads
         role_changed = previous_role is not None and role != previous_role
-        if (cross and role_changed and role == "decode") or (used and used + need > capacity):
+        full = used and used + need > capacity and not share
+        if (cross and role_changed and role == "decode") or full:
             node, used = node + 1, 0
         gpus = tuple(range(used, used + tp)) if kind == "gpu" else ()
-        # CPU cores count across the whole plan so that plan nodes sharing one host (local
-        # executor, local SLURM test cluster) do not pin two servers to the same core.
-        cpus = tuple((core_cursor + k) % capacity for k in range(threads)) if kind == "cpu" else ()
-        core_cursor += threads
+        budget = budgets[index]
+        cpus = cpu_cores(core_cursor, tp, threads, capacity, budget) if kind == "cpu" else ()
+        core_cursor += budget
         used += need
         instances.append(
             Instance(
@@ -231,6 +273,43 @@ def workload_record(
     return record
 
 
+def deployment_axes(flow: FlowConfig) -> list[tuple[int, FlowConfig, str]]:
+    """(kv_recompute_threshold, the flow config with its TTL, name suffix) per Deployment:
+    ``kv_recompute_thresholds`` x ``decoder_kv_blocks_ttls_s`` (each [] means its one value)."""
+    thresholds = flow.kv_recompute_thresholds or [flow.kv_recompute_threshold]
+    ttls = flow.decoder_kv_blocks_ttls_s or [flow.decoder_kv_blocks_ttl_s]
+    return [
+        (
+            threshold,
+            replace(flow, decoder_kv_blocks_ttl_s=ttl),
+            f"t{threshold}" + (f"-ttl{ttl}" if flow.decoder_kv_blocks_ttls_s else ""),
+        )
+        for threshold in thresholds
+        for ttl in ttls
+    ]
+
+
+def workload_points(workload: WorkloadConfig) -> list[tuple[int, WorkloadConfig]]:
+    """(history length, the Point's workload) per workload Point: history lengths x
+    conversation counts x concurrencies, each Point's workload holding its one value."""
+    return [
+        (
+            history,
+            replace(
+                workload,
+                history_tokens=[history],
+                conversations=conversations,
+                concurrency=concurrency,
+                conversation_counts=[],
+                concurrencies=[],
+            ),
+        )
+        for history in workload.history_tokens
+        for conversations in workload.conversation_counts or [workload.conversations]
+        for concurrency in workload.concurrencies or [workload.concurrency]
+    ]
+
+
 def point_key(
     dep: Deployment, flow: Flow, workload: WorkloadConfig, history: int, repetition: int
 ) -> dict:
@@ -246,13 +325,16 @@ def point_key(
 
 def deployment_points(dep: Deployment, flows: list[Flow], workload: WorkloadConfig) -> list[Point]:
     """The Points of one Deployment in its run order (``run_order.randomized_blocks``: one
-    block per (history length, repetition), every flow in each)."""
-    blocks = [(h, r) for h in workload.history_tokens for r in range(workload.repetitions)]
+    block per (workload Point, repetition), every flow in each). A workload Point is a history
+    length x conversation count x concurrency (``workload_points``)."""
+    shapes = workload_points(workload)
+    blocks = [(k, r) for k in range(len(shapes)) for r in range(workload.repetitions)]
     order = run_order.randomized_blocks(blocks, flows, workload.order_seed)
     points = []
-    for index, ((history, repetition), flow) in enumerate(order):
+    for index, ((k, repetition), flow) in enumerate(order):
+        history, shape = shapes[k]
         seed = run_order.repetition_seed(workload.seed, repetition)
-        point_workload = replace(workload, history_tokens=[history], seed=seed)
+        point_workload = replace(shape, seed=seed)
         pid_key = point_key(dep, flow, point_workload, history, repetition)
         points.append(
             Point(
@@ -269,16 +351,16 @@ def deployment_points(dep: Deployment, flows: list[Flow], workload: WorkloadConf
 
 
 def make_plan(cfg: RunConfig) -> Plan:
-    """Deployments (one per ``kv_recompute_threshold``) x Points (flow x history length x
-    repetition), each Deployment's Points in its run order."""
+    """Deployments (one per ``kv_recompute_threshold`` x TTL) x Points (flow x history
+    length x conversations x concurrency x repetition), each Deployment's Points in its run
+    order."""
     cfg = copy.deepcopy(cfg)  # the plan owns its configs: later edits of cfg do not leak in
     flows = list(dict.fromkeys(cfg.flow.flows))
     bidirectional = any(f in (Flow.pull, Flow.decode_first) for f in flows)
-    thresholds = cfg.flow.kv_recompute_thresholds or [cfg.flow.kv_recompute_threshold]
     instances, nodes = place_instances(cfg)
     plan = Plan(deployments=[])
-    for threshold in thresholds:
-        name = f"{cfg.model.name}-{cfg.topology.name}-{cfg.transport.name}-t{threshold}"
+    for threshold, flow_config, suffix in deployment_axes(cfg.flow):
+        name = f"{cfg.model.name}-{cfg.topology.name}-{cfg.transport.name}-{suffix}"
         dep = Deployment(
             deployment_id="",
             nodes=nodes,
@@ -289,7 +371,7 @@ def make_plan(cfg: RunConfig) -> Plan:
             topology=cfg.topology,
             transport=cfg.transport,
             server=cfg.server,
-            flow=cfg.flow,
+            flow=flow_config,
             connector=cfg.connector,
         )
         dep.deployment_id = f"{name}-{stable_hash(dep.key(), 8)}"

@@ -138,6 +138,31 @@ class TransferTotals:
 
 
 @dataclass
+class DecodeBill:
+    """What a Point cost the decode instances (``pdbench.decode_bill``): KV held over time
+    (sampled, and per request from the records) and D's own per-token latency."""
+
+    blocks: int = 0  # KV blocks of the decode instances together (vLLM's num_gpu_blocks)
+    ttl_s: float = 0.0  # decoder_kv_blocks_ttl of the deployment
+    load_s: float = 0.0  # seconds the Point's load ran (samples after it are the tail)
+    usage_peak: float = 0.0  # highest sampled occupancy, 0..1
+    usage_mean: float = 0.0  # mean sampled occupancy while the load ran, 0..1
+    block_s: float = 0.0  # block-seconds above the starting level, load and tail (sampled)
+    tail_block_s: float = 0.0  # the part of block_s after the load: held by the TTL alone
+    tail_s: float = -1.0  # load end -> back at the starting level; -1: not seen (no tail)
+    # the last request D decoded ended -> D back at its starting level: how long D held
+    # what it kept last (about the TTL when nobody pulled it); -1: not seen
+    release_s: float = -1.0
+    pulled_requests: int = 0  # D's kept blocks that P pulled next turn (records)
+    pulled_block_s: float = 0.0  # their blocks x (request end -> P's prefill ended)
+    never_pulled_requests: int = 0  # kept blocks nobody read: held for the TTL
+    never_pulled_block_s: float = 0.0  # their blocks x TTL
+    expired_leases: float = 0.0  # D's vllm:nixl_num_kv_expired_reqs delta
+    itl_ms_server: float = 0.0  # D's vllm:inter_token_latency_seconds mean, ms
+    tpot_ms_server: float = 0.0  # D's vllm:request_time_per_output_token_seconds mean, ms
+
+
+@dataclass
 class PointResult:
     point_id: str
     status: PointStatus  # ok | failed
@@ -157,6 +182,10 @@ class PointResult:
     transport_used: dict[str, dict[str, list[str]]] = field(default_factory=dict)
     flags: list[str] = field(default_factory=list)  # warnings a reader must not miss
     router: dict[str, Any] = field(default_factory=dict)  # routes, retries, expired leases
+    decode_bill: DecodeBill = field(default_factory=DecodeBill)
+    # instance -> [[t_s, kv usage 0..1, requests running, expired leases so far], ...]
+    # every flow.kv_sample_period_s during the Point (and its tail: flow.kv_tail)
+    kv_timeline: dict[str, list[list[float]]] = field(default_factory=dict)
     hosts: dict[str, str] = field(default_factory=dict)  # instance -> host:port
     # The Deployment's launch spec as the job ran it (commands, env, addresses), run-relative
     launch_spec_file: str = ""

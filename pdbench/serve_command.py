@@ -97,10 +97,28 @@ def serve_command(
         cmd.append("--enforce-eager")
     if instance.gpus:
         cmd += ["--gpu-memory-utilization", str(server.gpu_memory_utilization)]
+    blocks = kv_blocks(deployment, instance)
+    if blocks:
+        cmd += ["--num-gpu-blocks-override", str(blocks)]
     if instance.role != "mixed":
         cmd += ["--kv-transfer-config", json.dumps(kv_transfer_config(deployment))]
     cmd += list(server.extra_args)
     return cmd
+
+
+def kv_blocks(deployment: Deployment, instance: Instance) -> int:
+    """The KV blocks an instance is given (``--num-gpu-blocks-override``), 0: what memory
+    holds. Per role: ``server.prefill_kv_blocks`` on P, ``server.decode_kv_blocks`` on D
+    (and on a mixed instance, which decodes too)."""
+    server = deployment.server
+    if instance.role == "prefill":
+        return server.prefill_kv_blocks
+    return server.decode_kv_blocks
+
+
+def omp_threads_bind(instance: Instance) -> str:
+    """``VLLM_CPU_OMP_THREADS_BIND``: each TP rank's cores, ranks separated by ``|``."""
+    return "|".join(",".join(str(c) for c in cores) for cores in instance.rank_cpus())
 
 
 def serve_env(
@@ -120,8 +138,8 @@ def serve_env(
         env["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in instance.gpus)
     else:
         env["VLLM_CPU_KVCACHE_SPACE"] = str(server.cpu_kvcache_space_gb)
-        env["VLLM_CPU_OMP_THREADS_BIND"] = ",".join(str(c) for c in instance.cpus)
-        env["OMP_NUM_THREADS"] = str(len(instance.cpus))
+        env["VLLM_CPU_OMP_THREADS_BIND"] = omp_threads_bind(instance)
+        env["OMP_NUM_THREADS"] = str(len(instance.rank_cpus()[0]))  # threads of one rank
     if transport.ucx_tls:
         env["UCX_TLS"] = transport.ucx_tls
     if transport.ucx_net_devices:

@@ -35,6 +35,7 @@ FLAG_SOURCES = {
     "--enforce-eager": "server.enforce_eager",
     "--gpu-memory-utilization": "server.gpu_memory_utilization",
     "--kv-transfer-config": "transport and flow settings (transport.*, flow.*)",
+    "--num-gpu-blocks-override": "server.prefill_kv_blocks / server.decode_kv_blocks",
 }
 MIN_ABBREVIATION = 5  # "--max" and longer: argparse accepts any unique prefix
 
@@ -54,7 +55,9 @@ def managed_flags(cfg: RunConfig) -> frozenset[str]:
         model=cfg.model,
         topology=cfg.topology,
         transport=cfg.transport,
-        server=replace(cfg.server, extra_args=[], enforce_eager=True),
+        server=replace(
+            cfg.server, extra_args=[], enforce_eager=True, prefill_kv_blocks=1, decode_kv_blocks=1
+        ),
         flow=cfg.flow,
         connector=cfg.connector,
     )

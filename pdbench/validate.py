@@ -90,6 +90,9 @@ def check_counts(cfg: RunConfig) -> list[ConfigProblem]:
         "repetitions",
     ):
         need(f"workload.{name}", getattr(w, name), 1, "1 or more")
+    for name in ("conversation_counts", "concurrencies"):
+        for value in getattr(w, name):
+            need(f"workload.{name}", value, 1, "1 or more each, or [] for just one")
     need("workload.request_rate", w.request_rate, 0, "0 (as fast as concurrency allows) or more")
     if w.request_timeout_s <= 0:
         out.add("workload.request_timeout_s", w.request_timeout_s, "must be positive", "e.g. 120")
@@ -245,24 +248,7 @@ def check_capacity(cfg: RunConfig) -> list[ConfigProblem]:
                 f"exceeds the {cores} cores of a node",
                 f"at most {cores}, or cluster.cpus_per_node",
             )
-        for role, _, tp in roles:
-            if tp > 1:
-                out.add(
-                    f"topology.{role}.tp",
-                    tp,
-                    "is more than 1 on a CPU cluster (gpus_per_node: 0): pdbench pins one "
-                    "core set per CPU instance",
-                    "tp 1 on CPU, or a GPU cluster",
-                )
-        total = sum(count for _, count, _ in roles) * s.cpu_threads_per_instance
-        if c.executor is not ExecutorKind.slurm and total > cores:
-            out.add(
-                "server.cpu_threads_per_instance",
-                s.cpu_threads_per_instance,
-                f"x {total // s.cpu_threads_per_instance} instances needs {total} cores but "
-                f"this machine offers {cores}: servers would share cores",
-                "fewer threads per instance or fewer instances",
-            )
+        out.extend(_cpu_core_problems(cfg, cores))
     else:
         for role, _, tp in roles:
             if tp > c.gpus_per_node:
@@ -301,6 +287,37 @@ def check_capacity(cfg: RunConfig) -> list[ConfigProblem]:
             f"is fewer than the {needed} nodes the topology '{topo.name}' needs "
             f"({topo.placement.name}, {unit} per node)",
             f"cluster.nodes={needed}, or fewer/smaller instances",
+        )
+    return out
+
+
+def _cpu_core_problems(cfg: RunConfig, cores: int) -> list[ConfigProblem]:
+    """Every TP rank gets its own ``cpu_threads_per_instance`` cores; on one machine (local
+    executor) ranks share cores only when ``server.cpu_share_cores`` says so."""
+    s, c = cfg.server, cfg.cluster
+    out = Problems()
+    if s.cpu_share_cores or s.cpu_threads_per_instance > cores:
+        return out
+    share = "server.cpu_share_cores=true (ranks share cores: slower, stalls possible)"
+    for role, _, tp in _roles(cfg):
+        if tp * s.cpu_threads_per_instance > cores:
+            out.add(
+                f"topology.{role}.tp",
+                tp,
+                f"x server.cpu_threads_per_instance ({s.cpu_threads_per_instance}) needs "
+                f"{tp * s.cpu_threads_per_instance} cores, one set per rank, but a node has "
+                f"{cores}",
+                f"a smaller tp, cluster.cpus_per_node, or {share}",
+            )
+    ranks = sum(count * tp for _, count, tp in _roles(cfg))
+    total = ranks * s.cpu_threads_per_instance
+    if c.executor is not ExecutorKind.slurm and total > cores and not out:
+        out.add(
+            "server.cpu_threads_per_instance",
+            s.cpu_threads_per_instance,
+            f"x {ranks} TP ranks needs {total} cores but this machine offers {cores}: "
+            "servers would share cores",
+            f"fewer threads per rank, fewer or smaller instances, or {share}",
         )
     return out
 
@@ -359,6 +376,18 @@ def check_flows(cfg: RunConfig) -> list[ConfigProblem]:
         )
     if f.decoder_kv_blocks_ttl_s < 0:
         out.add("flow.decoder_kv_blocks_ttl_s", f.decoder_kv_blocks_ttl_s, "is negative", "e.g. 60")
+    for ttl in f.decoder_kv_blocks_ttls_s:
+        if ttl < 1:
+            out.add("flow.decoder_kv_blocks_ttls_s", ttl, "must be positive (seconds)", "e.g. 20")
+    if f.kv_sample_period_s < 0:
+        out.add("flow.kv_sample_period_s", f.kv_sample_period_s, "is negative", "0.5, or 0: off")
+    if f.kv_tail and f.kv_sample_period_s <= 0:
+        out.add(
+            "flow.kv_tail",
+            True,
+            "samples the TTL's tail but flow.kv_sample_period_s is 0 (sampling off)",
+            "flow.kv_sample_period_s=0.5",
+        )
     return out
 
 
@@ -537,21 +566,59 @@ def check_cpu_memory(cfg: RunConfig) -> list[ConfigProblem]:
             f"model.max_model_len={longest} (or less)",
         )
     instances = sum(count for _, count, _ in _roles(cfg))
+    ranks = sum(count * tp for _, count, tp in _roles(cfg))
     memory = capacity.machine_memory_bytes()
     if cfg.cluster.executor is ExecutorKind.slurm or not memory or not m.vocab_size:
         return out
-    per_instance = capacity.weight_bytes(m) + cache
-    if instances * per_instance > memory:
+    # each TP rank holds its own KV cache of VLLM_CPU_KVCACHE_SPACE; the weights are split
+    needed = instances * capacity.weight_bytes(m) + ranks * cache
+    if needed > memory:
         out.add(
             "model",
             m.name,
-            f"needs {per_instance / capacity.GIB:.1f} GiB per server (weights ~"
-            f"{capacity.weight_bytes(m) / capacity.GIB:.1f} GiB in {m.dtype} + "
-            f"{s.cpu_kvcache_space_gb} GiB KV cache) x {instances} servers, more than this "
-            f"machine's {memory / capacity.GIB:.1f} GiB",
+            f"needs {needed / capacity.GIB:.1f} GiB (weights ~"
+            f"{capacity.weight_bytes(m) / capacity.GIB:.1f} GiB in {m.dtype} x {instances} "
+            f"servers + {s.cpu_kvcache_space_gb} GiB KV cache x {ranks} TP ranks), more than "
+            f"this machine's {memory / capacity.GIB:.1f} GiB",
             "a smaller model (model=tiny_llama), fewer servers, or cluster=slurm nodes with "
             "the memory",
         )
+    return out
+
+
+def check_kv_blocks(cfg: RunConfig) -> list[ConfigProblem]:
+    """Per-role KV blocks (``--num-gpu-blocks-override``) hold one full-length sequence (vLLM
+    holds one block back) and, on CPU, no more than ``server.cpu_kvcache_space_gb`` holds."""
+    s, m = cfg.server, cfg.model
+    out = Problems()
+    if s.block_size < 1 or m.max_model_len < 1:
+        return out
+    least = math.ceil(m.max_model_len / s.block_size) + 1
+    for role in ("prefill", "decode"):
+        name = f"server.{role}_kv_blocks"
+        blocks = getattr(s, name.split(".")[1])
+        if blocks < 0:
+            out.add(name, blocks, "must be non-negative", "0 (what memory holds) or more")
+        elif 0 < blocks < least:
+            out.add(
+                name,
+                blocks,
+                f"blocks of {s.block_size} tokens cannot hold one sequence of "
+                f"model.max_model_len={m.max_model_len} tokens (+1 block vLLM holds back)",
+                f"at least {least}, or a smaller model.max_model_len",
+            )
+        elif blocks and _on_cpu(cfg) and min(m.num_layers, m.num_kv_heads) > 0:
+            tp = getattr(cfg.topology, role).tp
+            per_block = s.block_size * capacity.kv_bytes_per_token(m, tp)
+            held = s.cpu_kvcache_space_gb * capacity.GIB // per_block
+            if blocks > held:
+                out.add(
+                    name,
+                    blocks,
+                    f"is more than the {held} blocks server.cpu_kvcache_space_gb="
+                    f"{s.cpu_kvcache_space_gb} holds per rank",
+                    f"at most {held}, or a larger server.cpu_kvcache_space_gb",
+                )
     return out
 
 
@@ -622,6 +689,7 @@ RULES: tuple[Rule, ...] = (
     check_command,
     check_extra_args,
     check_cpu_memory,
+    check_kv_blocks,
     check_dirs,
     check_time_limit,
     *GPU_RULES,

@@ -29,6 +29,20 @@ def test_parse_and_delta():
     assert d["vllm:kv_cache_usage_perc"] == 0.25  # a gauge keeps its value
 
 
+def test_the_servers_itl_and_tpot_histograms_are_kept_as_sum_and_count():
+    text = """vllm:inter_token_latency_seconds_sum{engine="0",model_name="m"} 0.9
+vllm:inter_token_latency_seconds_count{engine="0",model_name="m"} 100.0
+vllm:inter_token_latency_seconds_bucket{engine="0",le="0.01",model_name="m"} 90.0
+vllm:request_time_per_output_token_seconds_sum{engine="0",model_name="m"} 0.2
+vllm:request_time_per_output_token_seconds_count{engine="0",model_name="m"} 20.0
+"""
+    before = {f"{metrics.ITL_SECONDS}_sum": 0.1, f"{metrics.ITL_SECONDS}_count": 20.0}
+    d = metrics.delta(before, metrics.parse_prometheus(text))
+    assert metrics.histogram_mean_ms(d, metrics.ITL_SECONDS) == pytest.approx(10.0)
+    assert metrics.histogram_mean_ms(d, metrics.TPOT_SECONDS) == pytest.approx(10.0)
+    assert metrics.histogram_mean_ms({}, metrics.TPOT_SECONDS) == 0.0
+
+
 def test_transfer_totals_count_failed_and_late_reads_over_instances():
     deltas = {
         "prefill0": {

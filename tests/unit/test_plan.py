@@ -1,7 +1,7 @@
 import pytest
 
 from pdbench.config import Flow, Placement
-from pdbench.plan import SIDE_CHANNEL_STRIDE, make_plan
+from pdbench.plan import SIDE_CHANNEL_STRIDE, cpu_cores, make_plan, share_budgets
 from tests.unit.helpers import cpu_run, gpu_run
 
 pytestmark = pytest.mark.unit
@@ -25,6 +25,61 @@ def test_cpu_instances_pinned_to_distinct_cores_and_ports():
     assert p.http_port != d.http_port
     assert d.side_channel_port - p.side_channel_port == SIDE_CHANNEL_STRIDE
     assert dep.agg_instance is d  # no agg instance in 1p1d: agg runs on D
+
+
+def test_cpu_tp_ranks_get_their_own_cores():
+    cfg = cpu_run()
+    cfg.cluster.cpus_per_node = 8
+    cfg.server.cpu_threads_per_instance = 2
+    cfg.topology.decode.tp = 2
+    p, d = make_plan(cfg).deployments[0].instances
+    assert p.cpus == (0, 1) and p.rank_cpus() == [(0, 1)]
+    assert d.cpus == (2, 3, 4, 5) and d.rank_cpus() == [(2, 3), (4, 5)]
+    assert d.side_channel_port - p.side_channel_port == SIDE_CHANNEL_STRIDE  # one per instance
+
+
+def test_shared_cores_keep_p_alone_and_share_d_ranks():
+    # 2 cores, P TP1 + D TP2 with cpu_share_cores: D's ranks share the core P leaves.
+    cfg = cpu_run()
+    cfg.topology.decode.tp = 2
+    cfg.server.cpu_share_cores = True
+    dep = make_plan(cfg).deployments[0]
+    p, d = dep.instances
+    assert p.rank_cpus() == [(0,)] and d.rank_cpus() == [(1,), (1,)]
+    assert dep.nodes == 1
+
+
+def test_shared_cores_split_by_ranks_and_never_mix_instances():
+    assert share_budgets([1, 2], 1, 2) == [1, 1]  # P TP1 + D TP2 on 2 cores
+    assert share_budgets([2, 4], 1, 2) == [1, 1]  # P TP2 + D TP4: one core each
+    assert share_budgets([2, 4], 1, 6) == [2, 4]  # fits: nothing shared
+    assert share_budgets([2, 8], 2, 4) == [2, 3]  # at least one rank's threads
+    assert cpu_cores(0, 2, 1, 4, budget=2) == (0, 1)
+    assert cpu_cores(3, 2, 1, 4, budget=2) == (3, 0)  # plan nodes of one host: wrap
+    assert cpu_cores(1, 4, 1, 2, budget=1) == (1, 1, 1, 1)  # its own ranks share core 1
+    cfg = cpu_run()
+    cfg.topology.prefill.tp, cfg.topology.decode.tp = 2, 4
+    cfg.server.cpu_share_cores = True
+    p, d = make_plan(cfg).deployments[0].instances
+    assert p.rank_cpus() == [(0,), (0,)] and d.rank_cpus() == [(1,)] * 4
+
+
+def test_ttl_sweep_makes_deployments_and_working_set_and_load_make_points():
+    cfg = cpu_run()
+    cfg.flow.decoder_kv_blocks_ttls_s = [10, 30]
+    cfg.workload.conversation_counts = [2, 8]
+    cfg.workload.concurrencies = [1, 4]
+    plan = make_plan(cfg)
+    assert [d.flow.decoder_kv_blocks_ttl_s for d in plan.deployments] == [10, 30]
+    assert [d.deployment_id.split("-")[-2] for d in plan.deployments] == ["ttl10", "ttl30"]
+    points = plan.points[plan.deployments[0].deployment_id]
+    assert len(points) == 2 * 2 * 3  # conversations x concurrency x flows
+    shapes = {(p.workload.conversations, p.workload.concurrency) for p in points}
+    assert shapes == {(2, 1), (2, 4), (8, 1), (8, 4)}
+    assert all(p.workload.conversation_counts == [] for p in points)  # one value per Point
+    assert len({p.point_id for p in plan.all_points()}) == 24
+    # without the lists: one Deployment, named as before (no ttl suffix)
+    assert make_plan(cpu_run()).deployments[0].deployment_id.split("-")[-2] == "t64"
 
 
 def test_ids_are_stable_and_change_with_the_config():

@@ -56,9 +56,13 @@ def test_pull_uses_d_params_from_turn_two_and_falls_back_when_expired():
     state.d_params, state.d_params_at, state.d_tokens = {"remote_block_ids": [[1]]}, 100.0, 70
     path, params, alone = r.choose_route("pull", state, 136, now=110.0)
     assert path == "pull" and params == {"remote_block_ids": [[1]]} and not alone
-    path, params, _ = r.choose_route("pull", state, 136, now=100.0 + 59.0)
+    # vLLM's P declines a read within 5 s of D's expiry: 60 - 5 - 5 s is the last pull
+    assert r.choose_route("pull", state, 136, now=100.0 + 49.0)[0] == "pull"
+    path, params, _ = r.choose_route("pull", state, 136, now=100.0 + 51.0)
     assert path == "recompute_expired" and params["do_remote_decode"] is True
     assert r.stats.expired_leases == 1
+    short = router(decoder_kv_blocks_ttl_s=5)  # no lease P would still read
+    assert short.choose_route("pull", state, 136, now=100.0)[0] == "recompute_expired"
 
 
 def test_recompute_never_hands_d_params_to_p():

@@ -38,6 +38,34 @@ def test_cpu_prefill_command_and_env():
     assert "CUDA_VISIBLE_DEVICES" not in env
 
 
+def test_cpu_tp2_binds_each_rank_and_threads_per_rank():
+    cfg = cpu_run()
+    cfg.cluster.cpus_per_node = 6
+    cfg.server.cpu_threads_per_instance = 2
+    cfg.topology.decode.tp = 2
+    dep = make_plan(cfg).deployments[0]
+    p, d = dep.instances
+    env = serve_env(dep, d, "127.0.0.1", "/kv", "/tr")
+    assert env["VLLM_CPU_OMP_THREADS_BIND"] == "2,3|4,5"  # vLLM splits ranks on '|'
+    assert env["OMP_NUM_THREADS"] == "2"  # per rank
+    assert env["VLLM_NIXL_SIDE_CHANNEL_PORT"] == str(d.side_channel_port)
+    assert _flag(serve_command(dep, d, "/m", "h", "python"), "--tensor-parallel-size") == "2"
+    assert serve_env(dep, p, "h", "/kv", "/tr")["VLLM_CPU_OMP_THREADS_BIND"] == "0,1"
+
+
+def test_kv_blocks_go_to_their_role_only():
+    cfg = cpu_run()
+    cfg.server.prefill_kv_blocks = 128
+    dep = make_plan(cfg).deployments[0]
+    p, d = dep.instances
+    assert _flag(serve_command(dep, p, "/m", "h", "python"), "--num-gpu-blocks-override") == "128"
+    assert "--num-gpu-blocks-override" not in serve_command(dep, d, "/m", "h", "python")
+    cfg.server.decode_kv_blocks = 256
+    dep = make_plan(cfg).deployments[0]
+    d = dep.instances[1]
+    assert _flag(serve_command(dep, d, "/m", "h", "python"), "--num-gpu-blocks-override") == "256"
+
+
 def test_recompute_only_does_not_enable_bidirectional():
     cfg = cpu_run()
     cfg.flow.flows = [Flow.recompute]

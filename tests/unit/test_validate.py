@@ -92,11 +92,38 @@ def test_cpu_instances_must_fit_the_cores():
     assert any("exceeds the 2 cores" in str(p) for p in validate(cfg))
 
 
-def test_cpu_instances_have_tp_one():
+def test_cpu_tp_counts_a_core_set_per_rank():
     cfg = cpu_run()
-    cfg.topology = TopologyConfig(prefill=RoleSpec(1, 2), decode=RoleSpec(1, 2))
-    cfg.cluster.cpus_per_node = 8
-    only(cfg, "topology.prefill.tp", 2, "CPU cluster")
+    cfg.topology = TopologyConfig(name="p1_d2", prefill=RoleSpec(1, 1), decode=RoleSpec(1, 2))
+    cfg.cluster.cpus_per_node = 3  # P TP1 + D TP2: three ranks, one core each
+    assert validate(cfg) == []
+    cfg.cluster.cpus_per_node = 2
+    p = only(cfg, "server.cpu_threads_per_instance", 1, "3 TP ranks needs 3 cores", "offers 2")
+    assert "server.cpu_share_cores=true" in p.fix
+    cfg.server.cpu_share_cores = True  # explicitly allowed: D's ranks share a core
+    assert validate(cfg) == []
+
+
+def test_one_cpu_instance_must_fit_a_node_unless_shared():
+    cfg = cpu_run()
+    cfg.topology = TopologyConfig(name="p1_d4", prefill=RoleSpec(1, 1), decode=RoleSpec(1, 4))
+    cfg.cluster.cpus_per_node = 2
+    only(cfg, "topology.decode.tp", 4, "needs 4 cores, one set per rank", "a node has 2")
+    cfg.server.cpu_share_cores = True
+    assert validate(cfg) == []
+
+
+def test_kv_blocks_per_role_hold_one_sequence_and_fit_the_cpu_cache():
+    cfg = cpu_run()  # max_model_len 2048, block 32: 64 blocks + 1 held back
+    cfg.server.prefill_kv_blocks = 64
+    only(cfg, "server.prefill_kv_blocks", 64, "cannot hold one sequence", "at least 65")
+    cfg.server.prefill_kv_blocks = 128
+    assert validate(cfg) == []
+    # 1 GiB of tiny-model KV: 2 layers x 2 KV heads x 64 x 4 bytes x 2 = 2 KiB per token
+    cfg.server.decode_kv_blocks = 16385
+    only(cfg, "server.decode_kv_blocks", 16385, "16384 blocks", "cpu_kvcache_space_gb=1")
+    cfg.server.decode_kv_blocks = -1
+    only(cfg, "server.decode_kv_blocks", -1, "non-negative")
 
 
 def test_pd_flows_need_prefill_and_decode():
@@ -262,3 +289,16 @@ def test_on_failure_is_continue_or_stop():
     cfg = cpu_run()
     cfg.launch.on_failure = "abort"
     only(cfg, "launch.on_failure", "abort", "continue or stop")
+
+
+def test_sweep_axes_and_kv_sampling_are_checked():
+    cfg = cpu_run()
+    cfg.flow.decoder_kv_blocks_ttls_s = [20, 0]
+    only(cfg, "flow.decoder_kv_blocks_ttls_s", 0, "must be positive")
+    cfg = cpu_run()
+    cfg.workload.conversation_counts = [4, 0]
+    only(cfg, "workload.conversation_counts", 0, "1 or more each")
+    cfg = cpu_run()
+    cfg.flow.kv_tail = True
+    cfg.flow.kv_sample_period_s = 0
+    only(cfg, "flow.kv_tail", True, "sampling off")

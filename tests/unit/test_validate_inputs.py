@@ -100,9 +100,15 @@ def test_servers_that_do_not_fit_this_machine_are_refused(monkeypatch):
     cfg.server.cpu_kvcache_space_gb = 2
     (line,) = lines_for(cfg, "model")
     assert line.startswith(
-        "model=llama3_8b: needs 17.0 GiB per server (weights ~15.0 GiB in bfloat16 + 2 GiB KV "
-        "cache) x 2 servers, more than this machine's 24.0 GiB"
+        "model=llama3_8b: needs 33.9 GiB (weights ~15.0 GiB in bfloat16 x 2 servers + 2 GiB "
+        "KV cache x 2 TP ranks), more than this machine's 24.0 GiB"
     )
+    # every TP rank holds its own KV cache; the weights are split, not repeated
+    cfg.topology.decode.tp = 2
+    cfg.server.cpu_share_cores = True
+    monkeypatch.setattr(capacity, "machine_memory_bytes", lambda: 35 * capacity.GIB)
+    (line,) = lines_for(cfg, "model")
+    assert "2 GiB KV cache x 3 TP ranks" in line
     monkeypatch.setattr(capacity, "machine_memory_bytes", lambda: 64 * capacity.GIB)
     assert lines_for(cfg, "model") == []
 

@@ -1,0 +1,117 @@
+"""P dies while D holds a conversation's blocks for it: D frees them within the TTL and keeps
+serving; the Point's record says how long they were held.
+
+With ``bidirectional_kv_xfer`` D keeps each finished turn's KV for P to pull next turn
+(the review of the vLLM change: "holding blocks on D complicates workflow for when P dies").
+Here P is SIGKILLed while D decodes turn 1, so nobody ever pulls what D keeps: vLLM's
+lease (``decoder_kv_blocks_ttl``) must release it. The bound checked is functional (the
+TTL plus a generous margin for sampling and a loaded 2-core host), not a performance timing.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from pdbench import metrics
+from tests.e2e.conftest import load_points, server_pids
+from tests.e2e.test_faults import server_on_port, start_pdbench
+
+pytestmark = pytest.mark.e2e
+
+TTL_S = 20
+MARGIN_S = 10.0
+P_PORT, D_PORT = 8100, 8101
+ARGS = [
+    "+experiment=decode_cost",
+    "flow.flows=[pull]",
+    "flow.decoder_kv_blocks_ttls_s=[]",
+    f"flow.decoder_kv_blocks_ttl_s={TTL_S}",
+    "workload.conversations=2",
+    "workload.turns=2",
+    "workload.output_tokens=48",
+    "workload.concurrencies=[]",
+    "workload.concurrency=2",
+]
+
+
+def scrape(port: int) -> dict[str, float]:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as resp:
+        return metrics.parse_prometheus(resp.read().decode())
+
+
+def wait_for_line(proc: subprocess.Popen, needle: str, timeout_s: float) -> list[str]:
+    seen: list[str] = []
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        line = proc.stdout.readline()
+        if not line and proc.poll() is not None:
+            pytest.fail(f"pdbench ended before '{needle}':\n{''.join(seen)[-3000:]}")
+        seen.append(line)
+        if needle in line:
+            return seen
+    pytest.fail(f"no '{needle}' within {timeout_s} s:\n{''.join(seen)[-3000:]}")
+
+
+def wait_until_d_decodes(timeout_s: float = 120) -> None:
+    """Turn 1 is on D (P's part done): D runs a request and its output grows."""
+    first = scrape(D_PORT).get("vllm:generation_tokens_total", 0.0)
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        now = scrape(D_PORT)
+        if (
+            now.get("vllm:num_requests_running", 0) >= 1
+            and now.get("vllm:generation_tokens_total", 0.0) > first
+        ):
+            return
+        time.sleep(0.05)
+    pytest.fail("D never started decoding turn 1")
+
+
+def d_answers_alone() -> list[int]:
+    """A plain completion on D (no KV params): D keeps serving with P gone."""
+    body = {"model": "tiny_llama", "prompt": [1, 2, 3, 4, 5], "max_tokens": 4, "temperature": 0}
+    req = urllib.request.Request(
+        f"http://127.0.0.1:{D_PORT}/v1/completions",
+        data=json.dumps(body).encode(),
+        headers={"Content-Type": "application/json"},
+    )
+    with urllib.request.urlopen(req, timeout=60) as resp:
+        assert resp.status == 200
+        return json.loads(resp.read())["usage"]["completion_tokens"]
+
+
+def test_p_killed_while_d_holds_blocks_d_frees_them_within_the_ttl(tmp_path: Path):
+    run_dir = tmp_path / "run"
+    proc = start_pdbench([*ARGS, f"dir={run_dir}"])
+    try:
+        wait_for_line(proc, "point [1/1]", 900)
+        wait_until_d_decodes()
+        prefill = server_on_port(run_dir, P_PORT)
+        os.killpg(os.getpgid(prefill.pid), signal.SIGKILL)
+        held = scrape(D_PORT)["vllm:kv_cache_usage_perc"]
+        assert d_answers_alone() == 4
+        out, _ = proc.communicate(timeout=600)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert held > 0, "D held nothing for P after turn 1"
+    (point,) = load_points(run_dir).values()
+    assert point["status"] == "failed" and "prefill0" in point["error"], point["error"][:500]
+    reqs = [json.loads(x) for x in (run_dir / point["requests_file"]).read_text().splitlines()]
+    assert {r["status"] for r in reqs if r["turn"] == 1} == {"ok"}
+    assert {r["status"] for r in reqs if r["turn"] == 2} == {"failed"}  # P gone: router 502
+    bill = point["decode_bill"]
+    # what D kept of turn 1 was never pulled; its lease released it, within the TTL + margin
+    assert bill["expired_leases"] >= 2, bill
+    assert 0 < bill["release_s"] <= TTL_S + MARGIN_S, bill
+    samples = point["kv_timeline"]["decode0"]
+    assert max(s[1] for s in samples) > 0 and samples[-1][1] == 0.0
+    assert server_pids(run_dir) == []
