@@ -35,6 +35,7 @@ from typing import Any
 
 import pandas as pd
 
+from pdbench.results import TTFT_SPLIT_PARTS as SPLIT_PARTS
 from pdbench.results import RunStore
 
 # canonical column -> accepted names, first match wins (connector/transfer_trace.py writes
@@ -261,15 +262,6 @@ def _read_jsonl(path: Path, bad_lines: list[str]) -> list[dict[str, Any]]:
     return rows
 
 
-SPLIT_PARTS = (
-    "router_ms",
-    "p_queue_ms",
-    "p_compute_ms",
-    "p_pull_ms",
-    "handoff_ms",
-    "d_first_step_ms",
-    "residual_ms",
-)
 DROPPED = ("output_token_ids", "itl_ms", "chunk_tokens", "ttft_split")
 
 

@@ -30,15 +30,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-PARTS = (
-    "router_ms",
-    "p_queue_ms",
-    "p_compute_ms",
-    "p_pull_ms",
-    "handoff_ms",
-    "d_first_step_ms",
-    "residual_ms",
-)
+from pdbench.results import TTFT_SPLIT_PARTS as PARTS
 
 
 def _sd(values: list[float]) -> float:

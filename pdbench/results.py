@@ -41,6 +41,19 @@ class PointStatus(StrEnum):
     corrupt = "corrupt"  # a record that does not parse (never written as such): measured again
 
 
+# The parts of a request's TTFT (``RequestRecord.ttft_split``, pdbench/ttft_split.py), in
+# the order they happen; the residual closes the sum at the measured TTFT.
+TTFT_SPLIT_PARTS = (
+    "router_ms",
+    "p_queue_ms",
+    "p_compute_ms",
+    "p_pull_ms",
+    "handoff_ms",
+    "d_first_step_ms",
+    "residual_ms",
+)
+
+
 @dataclass
 class RequestRecord:
     """One request as the load generator saw it (client-side clock)."""

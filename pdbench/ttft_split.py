@@ -42,17 +42,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from connector.request_timing import external_id
-from pdbench.results import RequestRecord
+from pdbench.results import TTFT_SPLIT_PARTS, RequestRecord
 
-PARTS = (
-    "router_ms",
-    "p_queue_ms",
-    "p_compute_ms",
-    "p_pull_ms",
-    "handoff_ms",
-    "d_first_step_ms",
-    "residual_ms",
-)
+PARTS = TTFT_SPLIT_PARTS
 PER_REQUEST = "per_request"
 PER_WAVE = "per_wave_histogram"
 SOURCES = (PER_REQUEST, PER_WAVE)

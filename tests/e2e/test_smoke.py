@@ -6,6 +6,7 @@ import json
 
 import pytest
 
+from pdbench.results import TTFT_SPLIT_PARTS
 from tests.e2e.conftest import (
     all_points,
     load_points,
@@ -185,15 +186,7 @@ def test_ttft_split_adds_up_to_ttft_per_request(smoke_run):
     """Every answered request's TTFT in parts (ttft_split.PARTS): the parts sum to TTFT, the
     residual is the measured time outside the engines (client, P's and D's HTTP)."""
     run_dir, _ = smoke_run
-    parts = {
-        "router_ms",
-        "p_queue_ms",
-        "p_compute_ms",
-        "p_pull_ms",
-        "handoff_ms",
-        "d_first_step_ms",
-        "residual_ms",
-    }
+    parts = set(TTFT_SPLIT_PARTS)
     for p in all_points(run_dir):
         flow = p["flow"]
         for r in request_records(run_dir, p):
