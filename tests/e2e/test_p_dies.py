@@ -39,6 +39,7 @@ ARGS = [
     "workload.output_tokens=48",
     "workload.concurrencies=[]",
     "workload.concurrency=2",
+    "workload.repetitions=1",
 ]
 
 

@@ -26,6 +26,7 @@ def test_decode_cost_records_what_d_held_and_for_how_long(tmp_path):
             "workload.conversations=2",
             "workload.turns=2",
             "workload.concurrencies=[2]",
+            "workload.repetitions=1",
         ],
         run_dir,
     )
@@ -51,7 +52,12 @@ def test_decode_cost_records_what_d_held_and_for_how_long(tmp_path):
 def test_cache_pressure_moves_prompts_from_local_hits_to_pulls(tmp_path):
     run_dir = tmp_path / "run"
     summary = run_and_analyse(
-        ["+experiment=cache_pressure", "workload.conversation_counts=[2,8]", "workload.turns=2"],
+        [
+            "+experiment=cache_pressure",
+            "workload.conversation_counts=[2,8]",
+            "workload.turns=2",
+            "workload.repetitions=1",
+        ],
         run_dir,
     )
     pts = [json.loads(p.read_text()) for p in (run_dir / "points").glob("*.json")]
