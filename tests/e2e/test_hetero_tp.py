@@ -34,6 +34,7 @@ TINY = KVShape(2, 2, 32, dtype_nbytes("float32"), block_size=32)
 CORES = os.cpu_count() or 1
 ARGS = [
     "+experiment=smoke",
+    "workload.repetitions=1",
     "topology=p1_d2",
     "connector.trace=true",
     "workload.conversations=2",

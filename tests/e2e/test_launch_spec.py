@@ -21,6 +21,7 @@ pytestmark = pytest.mark.e2e
 
 TINY = [
     "+experiment=smoke",
+    "workload.repetitions=1",
     "flow.flows=[pull]",
     "workload.conversations=1",
     "workload.turns=2",

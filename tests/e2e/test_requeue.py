@@ -27,6 +27,7 @@ HISTORIES = [0, 64, 128]
 FLOWS = 3  # smoke: agg, recompute, pull
 SWEEP = [
     "+experiment=smoke",
+    "workload.repetitions=1",
     "cluster=slurm",
     "topology.placement=cross_node",  # two SLURM nodes: rank 1 is requeued too
     "workload.conversations=2",

@@ -14,7 +14,12 @@ from tests.e2e.test_local_slurm import local_slurm  # noqa: F401 - the cluster f
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slurm]
 
-CROSS = ["+experiment=smoke", "cluster=slurm", "topology.placement=cross_node"]
+CROSS = [
+    "+experiment=smoke",
+    "workload.repetitions=1",
+    "cluster=slurm",
+    "topology.placement=cross_node",
+]
 
 
 def test_cross_node_pd_on_two_slurm_nodes(local_slurm, tmp_path):  # noqa: F811

@@ -16,6 +16,7 @@ pytestmark = [pytest.mark.e2e, pytest.mark.slurm]
 SWEEP = [
     "-m",
     "+experiment=smoke",
+    "workload.repetitions=1",
     "cluster=slurm",
     "topology=agg",
     "flow=agg",

@@ -26,6 +26,7 @@ def test_every_transfer_of_a_pd_run_is_traced(tmp_path):
     proc = run_pdbench(
         [
             "+experiment=smoke",
+            "workload.repetitions=1",
             "flow=pd",
             "connector.trace=true",
             "workload.conversations=2",
