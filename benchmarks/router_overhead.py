@@ -200,7 +200,6 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     prompt = [3 + (7 * k) % 500 for k in range(args.prompt_tokens)]
     with tempfile.TemporaryDirectory(prefix="pdbench-router-overhead-") as tmp:
         work = Path(tmp)
-        (work / "kv").mkdir()
         cfg = work / "router.json"
         cfg.write_text(json.dumps(router_config(up_url, router_port)))
         router_cmd = [sys.executable, "-m", "pdbench.router", "--config", str(cfg)]

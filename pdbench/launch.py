@@ -19,7 +19,7 @@ from jobs import transfer_bench
 from jobs.deployment import DeploymentJob
 from pdbench import provenance, tiny_model
 from pdbench.config import ExecutorKind, RunConfig
-from pdbench.config_problems import ConfigError
+from pdbench.config_problems import ConfigError, ConfigProblem
 from pdbench.executors import make_executor
 from pdbench.launch_spec import LaunchSpec, build_launch, describe
 from pdbench.manifest import LaunchOrigin, mixed_launch_problem, with_launch
@@ -90,6 +90,24 @@ def resume_lines(plan: Plan, store: RunStore, verbose: bool) -> list[str]:
     if redo:
         lines.append(f"measuring again {len(redo)} Point(s) not ok: {', '.join(redo)}")
     return lines
+
+
+def claim_dir(store: RunStore) -> None:
+    """Refuse (``ConfigError``) a launch into a dir another launch is following jobs in."""
+    holder = store.claim()
+    if holder is not None:
+        raise ConfigError(
+            [
+                ConfigProblem(
+                    "dir",
+                    str(store.root),
+                    f"is in use by another pdbench launch ({holder}): two launches into one "
+                    "dir start servers on the same ports and write the same records",
+                    "wait for it to end (python -m pdbench status dir=...), or give this "
+                    "launch its own dir=",
+                )
+            ]
+        )
 
 
 def write_manifest(
@@ -172,6 +190,7 @@ def launch(
         print(describe(spec, plan))
         print("\n".join(resume_lines(plan, store, verbose=True)))
         return {"dry_run": True, "deployments": len(plan.deployments)}
+    claim_dir(store)
     model_path = model_path_for(cfg, create=True)
     write_manifest(cfg, plan, store, model_path, origin)
     for line in resume_lines(plan, store, verbose=False):

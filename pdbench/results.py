@@ -18,6 +18,9 @@ from __future__ import annotations
 
 import fcntl
 import json
+import os
+import socket
+import time
 from collections.abc import Callable
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
@@ -30,6 +33,9 @@ from connector.shared_files import write_json_atomic, write_lines_atomic
 __all__ = ["write_json_atomic", "write_lines_atomic"]  # with the store: writers of run files
 
 SCHEMA_VERSION = 1
+
+# Run dirs this process launches into, with their open lock files (held until it exits).
+_CLAIMED: dict[str, Any] = {}
 
 
 class PointStatus(StrEnum):
@@ -272,6 +278,31 @@ class RunStore:
                 yield
             finally:
                 fcntl.flock(lock, fcntl.LOCK_UN)
+
+    def claim(self) -> str | None:
+        """Hold the dir's launch lock until this process ends; None once held, else who holds
+        it. Two launches following jobs into one dir at once would start servers on the same
+        ports and write the same records. The jobs of one ``-m`` sweep run in one process:
+        a dir it already holds is its own."""
+        key = str(self.root.resolve())
+        if key in _CLAIMED:
+            return None
+        self.root.mkdir(parents=True, exist_ok=True)
+        lock = open(self.root / ".launch.lock", "a+")  # noqa: SIM115 - held past this call
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            lock.seek(0)
+            holder = lock.read().strip() or "another process"
+            lock.close()
+            return holder
+        lock.seek(0)
+        lock.truncate()
+        since = time.strftime("%Y-%m-%d %H:%M:%S")
+        lock.write(f"pid {os.getpid()} on {socket.gethostname()}, since {since}\n")
+        lock.flush()
+        _CLAIMED[key] = lock
+        return None
 
     def update_manifest(self, mutate: Callable[[dict[str, Any]], None]) -> None:
         """Read, change and write the manifest under a lock: the driver (jobs it submitted)

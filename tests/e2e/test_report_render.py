@@ -142,6 +142,13 @@ def test_demo_run_report_renders_and_states_the_crossover(smoke_run, tmp_path):
     # repetition, or noise larger than the effect) that the data cannot decide, and why.
     decided = "pull beats recompute above" in answer or "measured crossover: none" in answer
     assert decided or "not determined" in answer or "inconclusive" in answer, answer
+    # ... and the page states the verdict the analysis computed, not another one
+    summary = json.loads((run_dir / "analysis" / "summary.json").read_text())
+    flat = " ".join(answer.split())
+    for crossover in summary["questions"]["crossover"]:
+        # "<label>: pull beats recompute above N tokens of history, 95% CI [a, b] (...)"
+        verdict = crossover["text"].splitlines()[0].split(": ", 1)[1].split(" (")[0]
+        assert " ".join(verdict.split()) in flat, (verdict, answer)
     assert "A/A control" in answer, answer
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import json
+import os
 
 import pytest
 
@@ -138,3 +139,16 @@ def test_the_cli_refuses_another_experiment_with_exit_2_and_the_message_alone(tm
     assert out.stderr.startswith("pdbench: 1 problem(s) in the config:\ndir=")
     assert "server.block_size: 32 (dir) -> 64 (this launch)" in out.stderr
     assert "Traceback" not in out.stderr
+
+
+def test_a_launch_into_a_dir_another_launch_follows_is_refused_with_who_holds_it(tmp_path):
+    run_dir = tmp_path / "run"
+    held = RunStore(run_dir)
+    assert held.claim() is None  # this process holds it now (as a launch following its jobs)
+    assert held.claim() is None  # and a second job of its own sweep passes
+    out = pdbench("+experiment=smoke", f"dir={run_dir}")  # another process: refused, exit 2
+    assert out.returncode == 2, out.stdout + out.stderr
+    assert out.stderr.startswith(f"pdbench: 1 problem(s) in the config:\ndir={run_dir}: is in use")
+    assert f"pid {os.getpid()} on " in out.stderr
+    assert "or give this launch its own dir=" in out.stderr
+    assert not (run_dir / "manifest.json").exists()  # nothing of the refused launch written
