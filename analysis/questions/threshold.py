@@ -26,14 +26,13 @@ from analysis.compare import families, pulled_share, unmatched
 from analysis.deployment import Context
 from analysis.fmt import LATER, tokens
 from analysis.load import deployment_label
-from analysis.pairs import KEY
+from analysis.pairs import PAIR_KEY
 from analysis.pull_recompute import flow_levels, paired_difference
 from analysis.question import PlotSpec, Question
 from analysis.stats import Verdict
 
 THRESHOLD_FLOWS = ("pull", "decode_first")
 THRESHOLD_AXES = ("kv_recompute_threshold",)
-PAIR_KEY = [k for k in KEY if k != "deployment_id"]
 
 
 def _number(value: Any) -> Any:
