@@ -338,7 +338,8 @@ class Verdict:
         """``+12.3 ms [4.1, 20.5]`` (``signed``: a difference; else a level, ``12.3 ms
         [...]``); ``[no interval]`` when undetermined."""
         est = _fmt(fmt, self.estimate)
-        sign = "+" if signed and self.estimate > 0 and est[0] not in "+0" else ""
+        shown = signed and self.estimate > 0 and not est.startswith("+") and not _zero(est)
+        sign = "+" if shown else ""
         unit = f" {self.unit}" if self.unit else ""
         if self.status is Status.UNDETERMINED or not np.isfinite(self.low):
             return f"{sign}{est}{unit} [no interval]"
@@ -376,11 +377,16 @@ class Verdict:
         }
 
 
+def _zero(text: str) -> bool:
+    """Does this formatted value read as zero ("0", "-0.0", "+0")?"""
+    digits = text.lstrip("+-").replace(",", "").replace(".", "").replace("0", "")
+    return not digits.strip()
+
+
 def _fmt(fmt: str, value: float) -> str:
     """``fmt`` of ``value``, without the sign of a value that rounds to zero ("-0")."""
     text = fmt.format(value)
-    digits = text.lstrip("+-").replace(",", "").replace(".", "").replace("0", "")
-    return text.lstrip("+-") if not digits.strip() else text
+    return text.lstrip("+-") if _zero(text) else text
 
 
 def verdicts(spread: Spread, repetitions: int, requests: list[int] | int, unit: str = "ms"):

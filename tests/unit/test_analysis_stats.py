@@ -96,6 +96,21 @@ def test_mean_verdict_is_the_t_interval():
     assert one.interval().endswith("[no interval]")
 
 
+def test_a_positive_difference_is_signed_unless_it_rounds_to_zero():
+    def shown(estimate, fmt="{:,.1f}", signed=True):
+        return mean_verdict(np.array([estimate] * 3)).interval(fmt, signed).split(" ms")[0]
+
+    assert shown(0.5) == "+0.5"  # not "0.5": the leading 0 is not a sign
+    assert shown(0.04) == "0.0"  # rounds to zero: no sign
+    assert shown(0.4, "{:,.0f}") == "0"
+    assert shown(0.6, "{:,.0f}") == "+1"
+    assert shown(0.6, "{:+,.0f}") == "+1"  # a format that signs already: one sign
+    assert shown(0.4, "{:+,.0f}") == "0"
+    assert shown(12.34) == "+12.3" and shown(-0.5) == "-0.5" and shown(-0.04) == "0.0"
+    assert shown(1234.5) == "+1,234.5"
+    assert shown(0.5, signed=False) == "0.5"  # a level, not a difference
+
+
 def test_repetitions_to_decide():
     # se 0.6 at 3 repetitions (sd ~1.04), estimate 1: (t + 0.84) * 1.04 / sqrt(R) <= 1
     r = repetitions_to_decide(1.0, 0.6, 2, 3)
