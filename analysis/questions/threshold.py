@@ -27,7 +27,7 @@ from analysis.deployment import Context
 from analysis.fmt import LATER, tokens
 from analysis.load import deployment_label
 from analysis.pairs import PAIR_KEY
-from analysis.pull_recompute import flow_levels, paired_difference
+from analysis.pull_recompute import level, paired_difference
 from analysis.question import PlotSpec, Question
 from analysis.stats import Verdict
 
@@ -157,23 +157,25 @@ def _answer(ctx, dep_ids, family, flow, shares, ok) -> ThresholdAnswer | None:
             continue
         thr = _number(pts["threshold"].iloc[0])
         by_thr[thr] = dep
-        lv = flow_levels(later, dep)
-        if not len(lv):
-            continue
-        lv = lv.groupby("h", as_index=False).agg(
-            ttft_ms=("ttft_ms", "mean"),
-            low=("low", "mean"),
-            high=("high", "mean"),
-            repetitions=("repetitions", "min"),
-        )
         mine = later[later["deployment_id"] == dep]
-        for _, r in lv.iterrows():
-            at = pts[pts["history_tokens"] == r["h"]]
-            n = int((mine["h"] == r["h"]).sum())
+        for h in sorted(mine["h"].unique()):
+            at_h = mine[mine["h"] == h]
+            v = level(at_h)  # a repetition: its requests averaged; t over the repetitions
+            at = pts[pts["history_tokens"] == h]
             share = np.nanmean([shares.get(p, np.nan) for p in at["point_id"]]) if len(at) else 0
             flagged = bool((at["flag_count"] > 0).any()) if "flag_count" in at else False
             rows.append(
-                {"threshold": thr, **r.to_dict(), "n": n, "pulled_share": share, "flagged": flagged}
+                {
+                    "threshold": thr,
+                    "h": h,
+                    "ttft_ms": v.estimate,
+                    "low": v.low,
+                    "high": v.high,
+                    "repetitions": v.repetitions,
+                    "n": len(at_h),
+                    "pulled_share": share,
+                    "flagged": flagged,
+                }
             )
     if len(by_thr) < 2 or not rows:
         return None
