@@ -118,6 +118,8 @@ class CrossoverAnswer:
             "predicted_first_principles": a.by_first_principles.to_dict(),
             "fit_vs_measured_rel": a.fit_vs_measured,
             "first_principles_vs_measured_rel": a.fp_vs_measured,
+            "fit_saving_rms_error_ms": a.fit_rms_ms,
+            "first_principles_saving_rms_error_ms": a.fp_rms_ms,
             "recommended_kv_recompute_threshold": a.threshold_advice.to_dict(),
             "text": self.lines()[0],
         }
