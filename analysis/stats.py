@@ -261,13 +261,13 @@ def bootstrap_interval(
     """Spread of a (possibly non-linear) statistic of weighted clusters.
 
     ``stat(w)`` takes a (B, G) weight matrix (all ones: the data as measured) and returns
-    (B, K). Each stratum is resampled on its own (the others held as measured): its share of
-    the variance, and so the Satterthwaite df, is then known; strata are independent, so
-    the shares add up."""
+    (B, K). Each stratum is resampled on its own (its columns of ``replicate_weights``, the
+    others held as measured): its share of the variance, and so the Satterthwaite df, is
+    then known; strata are independent, so the shares add up."""
     strata = np.asarray(strata)
     g = len(strata)
     est = np.atleast_1d(np.asarray(stat(np.ones((1, g))), float)[0])
-    rng = np.random.default_rng(seed)
+    drawn = replicate_weights(strata, n_boot, seed)
     parts, dfs = [], []
     undetermined = np.zeros(est.shape, bool)
     for s, n in strata_sizes(strata).items():
@@ -279,7 +279,7 @@ def bootstrap_interval(
             undetermined |= ~np.isclose(moved, est, equal_nan=True)
             continue
         w = np.ones((n_boot, g))
-        w[:, idx] = rao_wu_weights(n, n_boot, rng)
+        w[:, idx] = drawn[:, idx]
         vals = np.asarray(stat(w), float).reshape(n_boot, -1)
         parts.append(np.nanvar(vals, axis=0, ddof=1))
         dfs.append(n - 1)

@@ -74,6 +74,27 @@ def test_bootstrap_of_thousands_of_replicates_is_vectorised():
     assert np.allclose(w.reshape(2000, 10, 5).sum(axis=2), 5.0)
 
 
+def test_bootstrap_resamples_one_stratum_at_a_time_with_the_replicate_weights():
+    """``bootstrap_interval`` draws its weights with ``replicate_weights`` (one implementation),
+    a stratum's columns at a time, the others as measured; one repetition: a probe only."""
+    strata = np.repeat(np.arange(3), [3, 1, 4])
+    seen: list[np.ndarray] = []
+
+    def stat(w):
+        seen.append(w.copy())
+        return w[:, :1]
+
+    spread = bootstrap_interval(stat, strata, 50, seed=2)
+    drawn = replicate_weights(strata, 50, seed=2)
+    as_measured, first, probe, last = seen
+    assert as_measured.tolist() == [[1.0] * 8]
+    assert np.array_equal(first[:, :3], drawn[:, :3]) and (first[:, 3:] == 1).all()
+    assert probe.tolist() == [[1.0, 1.0, 1.0, 0.5, 1.0, 1.0, 1.0, 1.0]]
+    assert np.array_equal(last[:, 4:], drawn[:, 4:]) and (last[:, :4] == 1).all()
+    assert spread.se[0] == pytest.approx(np.std(drawn[:, 0], ddof=1))
+    assert not spread.undetermined[0]
+
+
 def test_satterthwaite_df():
     assert satterthwaite(np.array([1.0, 1.0]), np.array([2, 2])) == pytest.approx(4.0)
     # one stratum dominates: its own df
