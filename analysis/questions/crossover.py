@@ -191,7 +191,7 @@ def ttft_vs_history(plt, answers: list[Any], ctx: Context):
         c = a.measured.crossover
         if c.estimate is not None and c.shape is Shape.CROSSING:
             ax.axvline(c.estimate, ls="--", color="k", lw=1, label="measured crossover")
-            _ci_span(ax, c)
+            plotkit.crossover_span(ax, c)
         plotkit.x_scale(ax, rows["x"])
         ax.set_title(a.label, fontsize=10)
         ax.set_xlabel("history length at the turn (tokens)")
@@ -201,13 +201,6 @@ def ttft_vs_history(plt, answers: list[Any], ctx: Context):
             ax.legend(fontsize=8)
     fig.suptitle(f"TTFT vs history length, per flow (turns >= 2; {plotkit.CI_NOTE})")
     return fig
-
-
-def _ci_span(ax, c) -> None:
-    lo = c.low if c.low is not None else c.lo
-    hi = c.high if c.high is not None else c.hi
-    if lo is not None and hi is not None:
-        ax.axvspan(lo, hi, color="k", alpha=0.08, lw=0, label="crossover 95% CI")
 
 
 def saving(plt, answers: list[Any], ctx: Context):
@@ -232,7 +225,7 @@ def saving(plt, answers: list[Any], ctx: Context):
         ax.axhline(0.0, color="k", lw=0.8)
         c = a.measured.crossover
         if c.shape is not Shape.NO_DATA and c.status is not Status.UNDETERMINED:
-            _ci_span(ax, c)
+            plotkit.crossover_span(ax, c)
         ax.set_title(f"{a.label}\n{c.short()}", fontsize=8)
         ax.set_xlabel("history length at the turn (tokens)")
         ax.set_ylabel("TTFT recompute - pull (ms)")
