@@ -16,7 +16,7 @@ from analysis import plotkit
 from analysis.deployment import Context, DeploymentAnalysis
 from analysis.fmt import pct, tokens
 from analysis.pull_recompute import flow_levels
-from analysis.question import PlotSpec, Question
+from analysis.question import Note, PlotSpec, Question
 from analysis.saving_curve import Shape
 from analysis.stats import Status
 
@@ -125,28 +125,6 @@ class CrossoverAnswer:
         }
 
 
-@dataclass
-class NotMeasured:
-    """Deployments without both flows: one shared line."""
-
-    headline = False  # a remark, not an answer to the question
-
-    labels: list[str]
-    reasons: list[str]
-
-    def lines(self) -> list[str]:
-        return [
-            f"pull-vs-recompute crossover not measured on {len(self.labels)} deployment(s) "
-            f"({'; '.join(self.reasons)}); predictions from the fits are in the report"
-        ]
-
-    def tables(self) -> dict[str, list[dict[str, Any]]]:
-        return {}
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"not_measured": self.labels, "reasons": self.reasons, "text": self.lines()[0]}
-
-
 def answer(ctx: Context) -> list[Any]:
     out: list[Any] = []
     rest = []
@@ -155,9 +133,13 @@ def answer(ctx: Context) -> list[Any]:
             rest.append(a)
         else:
             out.append(CrossoverAnswer(a))
-    if rest:
+    if rest:  # deployments without both flows: one shared note
         reasons = sorted({a.measured.crossover.reason or "no data" for a in rest})
-        out.append(NotMeasured([a.label for a in rest], reasons))
+        text = (
+            f"pull-vs-recompute crossover not measured on {len(rest)} deployment(s) "
+            f"({'; '.join(reasons)}); predictions from the fits are in the report"
+        )
+        out.append(Note(text, {"not_measured": [a.label for a in rest], "reasons": reasons}))
     return out
 
 

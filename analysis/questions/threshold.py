@@ -28,7 +28,7 @@ from analysis.fmt import LATER, tokens
 from analysis.load import deployment_label
 from analysis.pairs import PAIR_KEY
 from analysis.pull_recompute import level, paired_difference
-from analysis.question import PlotSpec, Question
+from analysis.question import Note, PlotSpec, Question
 from analysis.stats import Verdict
 
 THRESHOLD_FLOWS = ("pull", "decode_first")
@@ -196,24 +196,6 @@ def _answer(ctx, dep_ids, family, flow, shares, ok) -> ThresholdAnswer | None:
     return ThresholdAnswer(
         family, flow, table, [int(h) for h in (common or grid.columns)], scores, best, versus, notes
     )
-
-
-@dataclass
-class Note:
-    """A swept setting that could not be compared (the deployments differ in more)."""
-
-    headline = False  # a remark, not an answer to the question
-
-    text: str
-
-    def lines(self) -> list[str]:
-        return [self.text]
-
-    def tables(self) -> dict[str, list[dict[str, Any]]]:
-        return {}
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"note": self.text}
 
 
 def ttft_vs_threshold(plt, answers: list[Any], ctx: Context):

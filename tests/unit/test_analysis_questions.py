@@ -133,6 +133,9 @@ def test_threshold_answer_in_the_printed_answer_and_report(threshold_run, tmp_pa
     # no pull/recompute pairs: the crossover shrinks to one line
     assert sum("crossover" in line for line in lines) == 1
     assert any("not measured on 6 deployment(s)" in line for line in lines)
+    (note,) = out.summary["questions"]["crossover"]  # one shared note
+    assert note["note"].startswith("pull-vs-recompute crossover not measured on 6 deployment(s)")
+    assert len(note["not_measured"]) == 6 and note["reasons"]
     summary = out.summary["questions"]["threshold"]
     assert {s["best_kv_recompute_threshold"] for s in summary} == {512, 4096}
     assert all(s["decided"] for s in summary)
