@@ -56,6 +56,8 @@ LEVEL = 0.95
 POWER = 0.80
 N_BOOT = 2000
 MAX_REPETITIONS = 100  # beyond this, "more repetitions" is not a practical answer
+CALIBRATION_RUNS = 210  # seeded synthetic runs the calibration test checks the method on
+CALIBRATION_SIGMAS = 3.0  # its acceptance bands: this many binomial sigmas around a rate
 
 
 class Status(StrEnum):
@@ -163,6 +165,12 @@ def _t_table(level: float) -> tuple[np.ndarray, np.ndarray]:
     inv = np.concatenate([np.linspace(0.0, 0.1, 41)[:-1], np.linspace(0.1, 2.0, 400)])
     p = 0.5 + level / 2.0
     return inv, np.array([t_quantile(p, 1.0 / i if i > 0 else math.inf) for i in inv])
+
+
+def rate_tolerance(p: float, n: int, sigmas: float = CALIBRATION_SIGMAS) -> float:
+    """``sigmas`` standard deviations of a rate observed over ``n`` independent trials whose
+    true rate is ``p`` (``sqrt(p (1 - p) / n)`` each): the calibration test's bands."""
+    return sigmas * math.sqrt(p * (1.0 - p) / n)
 
 
 # ---- designs ---------------------------------------------------------------------------------
