@@ -93,10 +93,7 @@ class DeploymentAnalysis:
     label: str
     model: str
     transport: str
-    tp_pair: str
-    threshold: Any  # configured kv_recompute_threshold
     block_size: int
-    new_tokens: int  # per turn >= 2: previous output + new user message
     shape: ModelShape | None
     transfer_bytes_per_token: float | None  # what one transfer moves per token
     measured: Measured
@@ -111,7 +108,7 @@ class DeploymentAnalysis:
     by_first_principles: predict.Prediction
     fit_vs_measured: float | None
     fp_vs_measured: float | None
-    fit_rms_ms: float | None
+    fit_rms_ms: float | None  # RMS of predicted - measured saving at the measured lengths
     fp_rms_ms: float | None
     threshold_advice: ThresholdAdvice
     notes: list[str] = field(default_factory=list)
@@ -228,10 +225,7 @@ def analyze_deployment(data: RunData, requests: pd.DataFrame, dep_id: str) -> De
         label=deployment_label(dep_id, data.points),
         model=str(first["model"]),
         transport=str(first["transport"]),
-        tp_pair=str(first["tp_pair"]),
-        threshold=None if pd.isna(first["threshold"]) else first["threshold"],
         block_size=block,
-        new_tokens=int((first["user_tokens"] or 0) + (first["output_tokens"] or 0)),
         shape=shape,
         transfer_bytes_per_token=per_xfer,
         measured=measured,

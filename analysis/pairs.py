@@ -19,6 +19,7 @@ import pandas as pd
 from analysis.load import RunData
 
 KEY = ["deployment_id", "kind", "h", "repetition", "conversation", "turn"]
+PAIR_KEY = [k for k in KEY if k != "deployment_id"]  # a request's twin in another deployment
 STRATUM = ["deployment_id", "kind", "h"]
 CLUSTER = [*STRATUM, "repetition"]
 WAVE = [*CLUSTER, "turn"]

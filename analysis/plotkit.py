@@ -51,6 +51,15 @@ def log_y(ax, values, ratio: float = 50) -> bool:
     return False
 
 
+def crossover_span(ax, c, color="k", label: str | None = "crossover 95% CI") -> None:
+    """A crossover's 95% interval as a shaded x span (an open bound: the measured range's
+    end); nothing when neither is known."""
+    lo = c.low if c.low is not None else c.lo
+    hi = c.high if c.high is not None else c.hi
+    if lo is not None and hi is not None:
+        ax.axvspan(lo, hi, color=color, alpha=0.08, lw=0, label=label)
+
+
 def errorbars(ax, x, est, low, high, **kw):
     """Points with their 95% intervals (nan bounds: the point alone)."""
     est, low, high = (np.asarray(a, float) for a in (est, low, high))

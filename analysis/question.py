@@ -47,6 +47,26 @@ class Question:
 
 
 @dataclass
+class Note:
+    """A remark among a question's answers, not an answer to it (no headline): one line,
+    no tables; summary.json gets ``{"note": text}`` and ``fields``."""
+
+    headline = False
+
+    text: str
+    fields: dict[str, Any] = field(default_factory=dict)
+
+    def lines(self) -> list[str]:
+        return [self.text]
+
+    def tables(self) -> dict[str, list[dict[str, Any]]]:
+        return {}
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"note": self.text, **self.fields}
+
+
+@dataclass
 class Answered:
     question: Question
     answers: list[Any] = field(default_factory=list)

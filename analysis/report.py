@@ -18,6 +18,7 @@ from analysis.deployment import Context
 from analysis.load import TRACE_FIELDS, RunData, deployment_label
 from analysis.plotting import Plot
 from analysis.question import Answered
+from analysis.stats import CALIBRATION_RUNS, CALIBRATION_SIGMAS, LEVEL, rate_tolerance
 
 CSS = """
 body { font-family: system-ui, -apple-system, "Segoe UI", Roboto, sans-serif; margin: 0 auto;
@@ -168,7 +169,7 @@ def _answer_item(line: str) -> str:
     return f"<li{cls}>{body}</li>"
 
 
-STATISTICS = """
+STATISTICS = f"""
 <p><b>Statistics.</b> A repetition is one Point per flow at a (deployment, workload kind,
 history length), with fresh conversations; repetition r of every flow uses the same
 conversations, so requests pair across flows by (repetition, conversation, turn). A
@@ -179,9 +180,10 @@ the statistic is linear, with Student-t quantiles and Welch&ndash;Satterthwaite 
 freedom (a percentile bootstrap over 3&ndash;5 repetitions covers well under 95%). A
 difference whose interval spans 0, or a crossover whose interval leaves the measured range,
 is <i>inconclusive</i>, with the repetitions estimated to decide it (80% power). The method
-is checked by <code>tests/unit/test_analysis_calibration.py</code>: on 210 seeded synthetic
-runs with realistic noise and a known crossover, the intervals cover the truth at least
-90% of the time.</p>
+is checked by <code>tests/unit/test_analysis_calibration.py</code>: on {CALIBRATION_RUNS}
+seeded synthetic runs with realistic noise and a known crossover, the intervals cover the
+truth at least {LEVEL - rate_tolerance(LEVEL, CALIBRATION_RUNS):.1%} of the time
+({LEVEL:.0%} less {CALIBRATION_SIGMAS:.0f} standard deviations of a rate over that many runs).</p>
 """
 
 

@@ -56,6 +56,8 @@ LEVEL = 0.95
 POWER = 0.80
 N_BOOT = 2000
 MAX_REPETITIONS = 100  # beyond this, "more repetitions" is not a practical answer
+CALIBRATION_RUNS = 210  # seeded synthetic runs the calibration test checks the method on
+CALIBRATION_SIGMAS = 3.0  # its acceptance bands: this many binomial sigmas around a rate
 
 
 class Status(StrEnum):
@@ -165,6 +167,12 @@ def _t_table(level: float) -> tuple[np.ndarray, np.ndarray]:
     return inv, np.array([t_quantile(p, 1.0 / i if i > 0 else math.inf) for i in inv])
 
 
+def rate_tolerance(p: float, n: int, sigmas: float = CALIBRATION_SIGMAS) -> float:
+    """``sigmas`` standard deviations of a rate observed over ``n`` independent trials whose
+    true rate is ``p`` (``sqrt(p (1 - p) / n)`` each): the calibration test's bands."""
+    return sigmas * math.sqrt(p * (1.0 - p) / n)
+
+
 # ---- designs ---------------------------------------------------------------------------------
 
 
@@ -261,13 +269,13 @@ def bootstrap_interval(
     """Spread of a (possibly non-linear) statistic of weighted clusters.
 
     ``stat(w)`` takes a (B, G) weight matrix (all ones: the data as measured) and returns
-    (B, K). Each stratum is resampled on its own (the others held as measured): its share of
-    the variance, and so the Satterthwaite df, is then known; strata are independent, so
-    the shares add up."""
+    (B, K). Each stratum is resampled on its own (its columns of ``replicate_weights``, the
+    others held as measured): its share of the variance, and so the Satterthwaite df, is
+    then known; strata are independent, so the shares add up."""
     strata = np.asarray(strata)
     g = len(strata)
     est = np.atleast_1d(np.asarray(stat(np.ones((1, g))), float)[0])
-    rng = np.random.default_rng(seed)
+    drawn = replicate_weights(strata, n_boot, seed)
     parts, dfs = [], []
     undetermined = np.zeros(est.shape, bool)
     for s, n in strata_sizes(strata).items():
@@ -279,7 +287,7 @@ def bootstrap_interval(
             undetermined |= ~np.isclose(moved, est, equal_nan=True)
             continue
         w = np.ones((n_boot, g))
-        w[:, idx] = rao_wu_weights(n, n_boot, rng)
+        w[:, idx] = drawn[:, idx]
         vals = np.asarray(stat(w), float).reshape(n_boot, -1)
         parts.append(np.nanvar(vals, axis=0, ddof=1))
         dfs.append(n - 1)
@@ -338,7 +346,8 @@ class Verdict:
         """``+12.3 ms [4.1, 20.5]`` (``signed``: a difference; else a level, ``12.3 ms
         [...]``); ``[no interval]`` when undetermined."""
         est = _fmt(fmt, self.estimate)
-        sign = "+" if signed and self.estimate > 0 and est[0] not in "+0" else ""
+        shown = signed and self.estimate > 0 and not est.startswith("+") and not _zero(est)
+        sign = "+" if shown else ""
         unit = f" {self.unit}" if self.unit else ""
         if self.status is Status.UNDETERMINED or not np.isfinite(self.low):
             return f"{sign}{est}{unit} [no interval]"
@@ -376,11 +385,16 @@ class Verdict:
         }
 
 
+def _zero(text: str) -> bool:
+    """Does this formatted value read as zero ("0", "-0.0", "+0")?"""
+    digits = text.lstrip("+-").replace(",", "").replace(".", "").replace("0", "")
+    return not digits.strip()
+
+
 def _fmt(fmt: str, value: float) -> str:
     """``fmt`` of ``value``, without the sign of a value that rounds to zero ("-0")."""
     text = fmt.format(value)
-    digits = text.lstrip("+-").replace(",", "").replace(".", "").replace("0", "")
-    return text.lstrip("+-") if not digits.strip() else text
+    return text.lstrip("+-") if _zero(text) else text
 
 
 def verdicts(spread: Spread, repetitions: int, requests: list[int] | int, unit: str = "ms"):

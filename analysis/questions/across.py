@@ -14,11 +14,9 @@ from dataclasses import dataclass
 import pandas as pd
 
 from analysis.deployment import Context, DeploymentAnalysis
-from analysis.pairs import KEY
+from analysis.pairs import PAIR_KEY
 from analysis.pull_recompute import level, paired_difference
 from analysis.stats import Verdict, mean_verdict
-
-PAIR_KEY = [k for k in KEY if k != "deployment_id"]
 
 
 @dataclass

@@ -85,8 +85,6 @@ def ttft_by_turn(plt, answers: list[Any], ctx: Context):
     for ax, (a, h, rows) in zip(axes, panels, strict=True):
         flows = plotkit.ordered(rows["flow"])
         width = 0.8 / max(len(flows), 1)
-        values = rows["ttft_ms"][rows["ttft_ms"] > 0]
-        log = len(values) and values.max() / values.min() > 50
         for i, flow in enumerate(flows):
             f = rows[rows["flow"] == flow].groupby("turn").mean(numeric_only=True).reset_index()
             xs = f["turn"] + (i - (len(flows) - 1) / 2) * width
@@ -103,8 +101,7 @@ def ttft_by_turn(plt, answers: list[Any], ctx: Context):
                 capsize=2,
             )
         ax.set_xticks(sorted(rows["turn"].unique()))
-        if log:
-            ax.set_yscale("log")
+        log = plotkit.log_y(ax, rows["ttft_ms"])
         ax.set_title(f"{a.label}\nprefix {h:,} tokens before turn 1", fontsize=9)
         ax.set_xlabel("turn")
         ax.set_ylabel("mean TTFT (ms" + (", log scale)" if log else ")"))

@@ -16,7 +16,7 @@ from analysis import plotkit
 from analysis.deployment import Context, DeploymentAnalysis
 from analysis.fmt import pct, tokens
 from analysis.pull_recompute import flow_levels
-from analysis.question import PlotSpec, Question
+from analysis.question import Note, PlotSpec, Question
 from analysis.saving_curve import Shape
 from analysis.stats import Status
 
@@ -118,31 +118,11 @@ class CrossoverAnswer:
             "predicted_first_principles": a.by_first_principles.to_dict(),
             "fit_vs_measured_rel": a.fit_vs_measured,
             "first_principles_vs_measured_rel": a.fp_vs_measured,
+            "fit_saving_rms_error_ms": a.fit_rms_ms,
+            "first_principles_saving_rms_error_ms": a.fp_rms_ms,
             "recommended_kv_recompute_threshold": a.threshold_advice.to_dict(),
             "text": self.lines()[0],
         }
-
-
-@dataclass
-class NotMeasured:
-    """Deployments without both flows: one shared line."""
-
-    headline = False  # a remark, not an answer to the question
-
-    labels: list[str]
-    reasons: list[str]
-
-    def lines(self) -> list[str]:
-        return [
-            f"pull-vs-recompute crossover not measured on {len(self.labels)} deployment(s) "
-            f"({'; '.join(self.reasons)}); predictions from the fits are in the report"
-        ]
-
-    def tables(self) -> dict[str, list[dict[str, Any]]]:
-        return {}
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"not_measured": self.labels, "reasons": self.reasons, "text": self.lines()[0]}
 
 
 def answer(ctx: Context) -> list[Any]:
@@ -153,9 +133,13 @@ def answer(ctx: Context) -> list[Any]:
             rest.append(a)
         else:
             out.append(CrossoverAnswer(a))
-    if rest:
+    if rest:  # deployments without both flows: one shared note
         reasons = sorted({a.measured.crossover.reason or "no data" for a in rest})
-        out.append(NotMeasured([a.label for a in rest], reasons))
+        text = (
+            f"pull-vs-recompute crossover not measured on {len(rest)} deployment(s) "
+            f"({'; '.join(reasons)}); predictions from the fits are in the report"
+        )
+        out.append(Note(text, {"not_measured": [a.label for a in rest], "reasons": reasons}))
     return out
 
 
@@ -189,7 +173,7 @@ def ttft_vs_history(plt, answers: list[Any], ctx: Context):
         c = a.measured.crossover
         if c.estimate is not None and c.shape is Shape.CROSSING:
             ax.axvline(c.estimate, ls="--", color="k", lw=1, label="measured crossover")
-            _ci_span(ax, c)
+            plotkit.crossover_span(ax, c)
         plotkit.x_scale(ax, rows["x"])
         ax.set_title(a.label, fontsize=10)
         ax.set_xlabel("history length at the turn (tokens)")
@@ -199,13 +183,6 @@ def ttft_vs_history(plt, answers: list[Any], ctx: Context):
             ax.legend(fontsize=8)
     fig.suptitle(f"TTFT vs history length, per flow (turns >= 2; {plotkit.CI_NOTE})")
     return fig
-
-
-def _ci_span(ax, c) -> None:
-    lo = c.low if c.low is not None else c.lo
-    hi = c.high if c.high is not None else c.hi
-    if lo is not None and hi is not None:
-        ax.axvspan(lo, hi, color="k", alpha=0.08, lw=0, label="crossover 95% CI")
 
 
 def saving(plt, answers: list[Any], ctx: Context):
@@ -230,7 +207,7 @@ def saving(plt, answers: list[Any], ctx: Context):
         ax.axhline(0.0, color="k", lw=0.8)
         c = a.measured.crossover
         if c.shape is not Shape.NO_DATA and c.status is not Status.UNDETERMINED:
-            _ci_span(ax, c)
+            plotkit.crossover_span(ax, c)
         ax.set_title(f"{a.label}\n{c.short()}", fontsize=8)
         ax.set_xlabel("history length at the turn (tokens)")
         ax.set_ylabel("TTFT recompute - pull (ms)")

@@ -23,7 +23,7 @@ from analysis import plotkit
 from analysis.deployment import Context
 from analysis.fmt import LATER, tokens
 from analysis.load import RunData, deployment_label
-from analysis.pairs import KEY
+from analysis.pairs import PAIR_KEY
 from analysis.pull_recompute import level, paired_difference
 from analysis.question import PlotSpec, Question
 from analysis.stats import Verdict
@@ -176,9 +176,8 @@ def _answer(data: RunData, dep_id: str, kind: str, pts: pd.DataFrame, rows) -> F
     flows = [f for f in plotkit.ordered(pts["flow"]) if (rows["flow"] == f).any()]
     levels = {f: level(rows[rows["flow"] == f]) for f in flows}
     best = min(flows, key=lambda f: levels[f].estimate)
-    key = [k for k in KEY if k != "deployment_id"]
     versus = {
-        f: paired_difference(rows[rows["flow"] == f], rows[rows["flow"] == best], key)
+        f: paired_difference(rows[rows["flow"] == f], rows[rows["flow"] == best], PAIR_KEY)
         for f in flows
         if f != best
     }

@@ -19,9 +19,8 @@ from analysis.compare import families, unmatched
 from analysis.deployment import Context
 from analysis.fmt import LATER, tokens
 from analysis.load import deployment_label
-from analysis.question import PlotSpec, Question
+from analysis.question import Note, PlotSpec, Question
 from analysis.questions.across import Member, members
-from analysis.questions.threshold import Note
 
 PLACEMENT_ORDER = ("same_node", "cross_node")
 PLACEMENT_AXES = ("topology.placement", "transport")

@@ -26,14 +26,13 @@ from analysis.compare import families, pulled_share, unmatched
 from analysis.deployment import Context
 from analysis.fmt import LATER, tokens
 from analysis.load import deployment_label
-from analysis.pairs import KEY
-from analysis.pull_recompute import flow_levels, paired_difference
-from analysis.question import PlotSpec, Question
+from analysis.pairs import PAIR_KEY
+from analysis.pull_recompute import level, paired_difference
+from analysis.question import Note, PlotSpec, Question
 from analysis.stats import Verdict
 
 THRESHOLD_FLOWS = ("pull", "decode_first")
 THRESHOLD_AXES = ("kv_recompute_threshold",)
-PAIR_KEY = [k for k in KEY if k != "deployment_id"]
 
 
 def _number(value: Any) -> Any:
@@ -158,23 +157,25 @@ def _answer(ctx, dep_ids, family, flow, shares, ok) -> ThresholdAnswer | None:
             continue
         thr = _number(pts["threshold"].iloc[0])
         by_thr[thr] = dep
-        lv = flow_levels(later, dep)
-        if not len(lv):
-            continue
-        lv = lv.groupby("h", as_index=False).agg(
-            ttft_ms=("ttft_ms", "mean"),
-            low=("low", "mean"),
-            high=("high", "mean"),
-            repetitions=("repetitions", "min"),
-        )
         mine = later[later["deployment_id"] == dep]
-        for _, r in lv.iterrows():
-            at = pts[pts["history_tokens"] == r["h"]]
-            n = int((mine["h"] == r["h"]).sum())
+        for h in sorted(mine["h"].unique()):
+            at_h = mine[mine["h"] == h]
+            v = level(at_h)  # a repetition: its requests averaged; t over the repetitions
+            at = pts[pts["history_tokens"] == h]
             share = np.nanmean([shares.get(p, np.nan) for p in at["point_id"]]) if len(at) else 0
             flagged = bool((at["flag_count"] > 0).any()) if "flag_count" in at else False
             rows.append(
-                {"threshold": thr, **r.to_dict(), "n": n, "pulled_share": share, "flagged": flagged}
+                {
+                    "threshold": thr,
+                    "h": h,
+                    "ttft_ms": v.estimate,
+                    "low": v.low,
+                    "high": v.high,
+                    "repetitions": v.repetitions,
+                    "n": len(at_h),
+                    "pulled_share": share,
+                    "flagged": flagged,
+                }
             )
     if len(by_thr) < 2 or not rows:
         return None
@@ -195,24 +196,6 @@ def _answer(ctx, dep_ids, family, flow, shares, ok) -> ThresholdAnswer | None:
     return ThresholdAnswer(
         family, flow, table, [int(h) for h in (common or grid.columns)], scores, best, versus, notes
     )
-
-
-@dataclass
-class Note:
-    """A swept setting that could not be compared (the deployments differ in more)."""
-
-    headline = False  # a remark, not an answer to the question
-
-    text: str
-
-    def lines(self) -> list[str]:
-        return [self.text]
-
-    def tables(self) -> dict[str, list[dict[str, Any]]]:
-        return {}
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"note": self.text}
 
 
 def ttft_vs_threshold(plt, answers: list[Any], ctx: Context):

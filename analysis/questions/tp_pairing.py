@@ -150,9 +150,7 @@ def tp_pairing(plt, answers: list[TPAnswer], ctx: Context):
             c = m.analysis.measured.crossover
             if c.shape is Shape.CROSSING and c.estimate is not None:
                 ax.axvline(c.estimate, ls=":", color=color, lw=1)
-                lo = c.low if c.low is not None else c.lo
-                hi = c.high if c.high is not None else c.hi
-                ax.axvspan(lo, hi, color=color, alpha=0.08, lw=0)
+                plotkit.crossover_span(ax, c, color, label=None)
         ax.set_title(a.family, fontsize=9)
         ax.set_xlabel("history length at the turn (tokens)")
         ax.set_ylabel("mean TTFT (ms)")

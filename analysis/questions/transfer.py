@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from analysis import plotkit
 from analysis.deployment import Context, DeploymentAnalysis
 from analysis.fits import MIN_TRANSFER_SIZES
 from analysis.question import PlotSpec, Question
@@ -174,9 +175,7 @@ def transfer_bandwidth(plt, answers: list[TransferAnswer], ctx: Context):
                 label=f"trace {direction} · {labels.get(dep, dep)}",
             )
     ax.set_xscale("log")
-    values = [v for line in ax.get_lines() for v in line.get_ydata() if v > 0]
-    if values and max(values) / min(values) > 30:
-        ax.set_yscale("log")
+    plotkit.log_y(ax, [v for line in ax.get_lines() for v in line.get_ydata()], ratio=30)
     ax.set_xlabel("transfer size (bytes)")
     ax.set_ylabel("throughput (GB/s)")
     ax.set_title("KV transfer throughput vs size, per layout / TP split / op")

@@ -11,6 +11,7 @@ from analysis.load import load_runs, normalize_trace
 from analysis.model_cost import known_shapes
 from analysis.predict import predicted_crossover, transfer_bytes_per_token
 from analysis.pull_recompute import Measured
+from analysis.questions.crossover import CrossoverAnswer
 from analysis.saving_curve import Crossover, Shape
 from analysis.stats import Status
 from analysis.synthetic import SyntheticDeployment, write_synthetic_run
@@ -89,6 +90,10 @@ def test_synthetic_run_crossovers_match_the_known_answer(exact_run):
         assert a.by_fit.shape is Shape.CROSSING
         assert a.by_fit.tokens == pytest.approx(exact, rel=1e-4)
         assert a.fit_rms_ms == pytest.approx(0.0, abs=1e-6)
+        shown = CrossoverAnswer(a).to_dict()  # what summary.json holds
+        assert shown["fit_saving_rms_error_ms"] == a.fit_rms_ms
+        assert shown["first_principles_saving_rms_error_ms"] == a.fp_rms_ms
+        assert a.fp_rms_ms is not None
         assert a.by_first_principles.shape is Shape.CROSSING
         assert a.transfer_source.startswith("P<-D traces")
         # the measured curve has the generating shape: its root is the truth, no noise

@@ -15,8 +15,9 @@ import pytest
 from analysis.answer import answer_lines
 from analysis.deployment import Context
 from analysis.fmt import shorten
-from analysis.load import load_runs
+from analysis.load import load_runs, records_to_run_data
 from analysis.pipeline import run_analysis
+from analysis.pull_recompute import flow_levels, level
 from analysis.questions.flows import parse_paths
 from analysis.registry import answer_all, by_name
 from analysis.synthetic import (
@@ -132,6 +133,9 @@ def test_threshold_answer_in_the_printed_answer_and_report(threshold_run, tmp_pa
     # no pull/recompute pairs: the crossover shrinks to one line
     assert sum("crossover" in line for line in lines) == 1
     assert any("not measured on 6 deployment(s)" in line for line in lines)
+    (note,) = out.summary["questions"]["crossover"]  # one shared note
+    assert note["note"].startswith("pull-vs-recompute crossover not measured on 6 deployment(s)")
+    assert len(note["not_measured"]) == 6 and note["reasons"]
     summary = out.summary["questions"]["threshold"]
     assert {s["best_kv_recompute_threshold"] for s in summary} == {512, 4096}
     assert all(s["decided"] for s in summary)
@@ -144,6 +148,41 @@ def test_threshold_answer_in_the_printed_answer_and_report(threshold_run, tmp_pa
     assert "Pull or recompute?" not in head  # not measured here: not asked
     assert 'class="flags"' in head
     assert ">Which kv_recompute_threshold?</h2>" in html and "(recomputed)" in html
+
+
+def test_threshold_cells_are_the_interval_of_the_repetitions_means():
+    """A cell's 95% CI is the t interval over the repetitions, each averaged over its turns
+    >= 2 (``pull_recompute.level``), not an average of the per-turn intervals' bounds: with
+    two later turns of different spreads the two differ."""
+    deps = {t: SyntheticDeployment(threshold=t) for t in (0, 4096)}
+    syn = synthetic_records(
+        list(deps.values()),
+        histories=(256, 1024),
+        turns=3,
+        flows=("pull",),
+        noise=Noise(request=0.2, wave=0.4),
+        seed=7,
+        traces=False,
+    )
+    ctx = Context.of(records_to_run_data(syn.points))
+    (a,) = [x for x in by_name(answer_all(ctx))["threshold"].answers if x.flow == "pull"]
+    assert len(a.table) == 4
+    later = ctx.requests[ctx.requests["turn"] >= 2]
+    bounds_averaged = []
+    for row in a.table.to_dict("records"):
+        dep = deps[row["threshold"]].deployment_id
+        rows = later[(later["deployment_id"] == dep) & (later["h"] == row["h"])]
+        want = level(rows)
+        assert row["ttft_ms"] == pytest.approx(want.estimate)
+        assert (row["low"], row["high"]) == pytest.approx((want.low, want.high))
+        assert row["repetitions"] == want.repetitions == 3 and row["n"] == len(rows)
+        per_turn = flow_levels(rows, dep)
+        bounds_averaged.append((per_turn["low"].mean(), per_turn["high"].mean()))
+    # what the cells were before: not an interval, and not this one
+    assert any(
+        abs(lo - row["low"]) > 1.0
+        for (lo, _), row in zip(bounds_averaged, a.table.to_dict("records"), strict=True)
+    )
 
 
 # ---- flows ----------------------------------------------------------------------------------

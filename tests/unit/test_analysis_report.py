@@ -211,3 +211,30 @@ def test_points_without_request_records_use_their_turn_rows(tmp_path):
     assert dep["measured"]["verdict"] == "decided"
     assert dep["measured"]["tokens"] == pytest.approx(SyntheticDeployment().exact_crossover(),
                                                       rel=1e-3)  # fmt: skip
+
+
+def test_the_shared_plot_helpers():
+    """The crossover's span (crossover and TP pairing plots) and the log y (every plot)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from analysis import plotkit
+    from analysis.saving_curve import Crossover, Shape
+    from analysis.stats import Status
+
+    fig, (ax, bx) = plt.subplots(1, 2)
+    open_low = Crossover(Shape.CROSSING, Status.INCONCLUSIVE, 1001.0, None, 1100.0, 100, 4000)
+    plotkit.crossover_span(ax, open_low)  # an open bound: the measured range's end
+    plotkit.crossover_span(bx, open_low, "tab:blue", label=None)
+    plotkit.crossover_span(bx, Crossover(Shape.NO_DATA, Status.UNDETERMINED))  # nothing
+    ((span,), (blue,)) = ax.patches, bx.patches
+    assert (span.get_x(), span.get_x() + span.get_width()) == pytest.approx((100, 1100))
+    assert span.get_label() == "crossover 95% CI"
+    assert blue.get_facecolor()[:3] == pytest.approx(matplotlib.colors.to_rgb("tab:blue"))
+    assert not bx.get_legend_handles_labels()[1]
+    assert not plotkit.log_y(ax, [1.0, 50.0, float("nan"), 0.0])  # 50x: not more than 50
+    assert ax.get_yscale() == "linear"
+    assert plotkit.log_y(ax, [1.0, 40.0], ratio=30) and ax.get_yscale() == "log"
+    plt.close(fig)

@@ -74,6 +74,27 @@ def test_bootstrap_of_thousands_of_replicates_is_vectorised():
     assert np.allclose(w.reshape(2000, 10, 5).sum(axis=2), 5.0)
 
 
+def test_bootstrap_resamples_one_stratum_at_a_time_with_the_replicate_weights():
+    """``bootstrap_interval`` draws its weights with ``replicate_weights`` (one implementation),
+    a stratum's columns at a time, the others as measured; one repetition: a probe only."""
+    strata = np.repeat(np.arange(3), [3, 1, 4])
+    seen: list[np.ndarray] = []
+
+    def stat(w):
+        seen.append(w.copy())
+        return w[:, :1]
+
+    spread = bootstrap_interval(stat, strata, 50, seed=2)
+    drawn = replicate_weights(strata, 50, seed=2)
+    as_measured, first, probe, last = seen
+    assert as_measured.tolist() == [[1.0] * 8]
+    assert np.array_equal(first[:, :3], drawn[:, :3]) and (first[:, 3:] == 1).all()
+    assert probe.tolist() == [[1.0, 1.0, 1.0, 0.5, 1.0, 1.0, 1.0, 1.0]]
+    assert np.array_equal(last[:, 4:], drawn[:, 4:]) and (last[:, :4] == 1).all()
+    assert spread.se[0] == pytest.approx(np.std(drawn[:, 0], ddof=1))
+    assert not spread.undetermined[0]
+
+
 def test_satterthwaite_df():
     assert satterthwaite(np.array([1.0, 1.0]), np.array([2, 2])) == pytest.approx(4.0)
     # one stratum dominates: its own df
@@ -94,6 +115,21 @@ def test_mean_verdict_is_the_t_interval():
     one = mean_verdict(np.array([5.0]))
     assert one.status is Status.UNDETERMINED and "run 3 or more" in one.why()
     assert one.interval().endswith("[no interval]")
+
+
+def test_a_positive_difference_is_signed_unless_it_rounds_to_zero():
+    def shown(estimate, fmt="{:,.1f}", signed=True):
+        return mean_verdict(np.array([estimate] * 3)).interval(fmt, signed).split(" ms")[0]
+
+    assert shown(0.5) == "+0.5"  # not "0.5": the leading 0 is not a sign
+    assert shown(0.04) == "0.0"  # rounds to zero: no sign
+    assert shown(0.4, "{:,.0f}") == "0"
+    assert shown(0.6, "{:,.0f}") == "+1"
+    assert shown(0.6, "{:+,.0f}") == "+1"  # a format that signs already: one sign
+    assert shown(0.4, "{:+,.0f}") == "0"
+    assert shown(12.34) == "+12.3" and shown(-0.5) == "-0.5" and shown(-0.04) == "0.0"
+    assert shown(1234.5) == "+1,234.5"
+    assert shown(0.5, signed=False) == "0.5"  # a level, not a difference
 
 
 def test_repetitions_to_decide():
