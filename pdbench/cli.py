@@ -356,6 +356,15 @@ def main(argv: list[str]) -> None:
     sweep = Sweep() if inv.multirun else None
     try:
         _run_hydra(hydra_argv, debug, origin, sweep)
+    except SystemExit:
+        if sweep is not None and sweep.submitted:  # a later job failed: say what still runs
+            for run_dir in sweep.run_dirs:
+                print(
+                    "[pdbench] this sweep's jobs already submitted keep running; follow them "
+                    f"with: python -m pdbench status dir={run_dir}",
+                    file=sys.stderr,
+                )
+        raise
     finally:
         if sweep_dir:
             shutil.rmtree(sweep_dir, ignore_errors=True)

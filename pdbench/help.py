@@ -16,6 +16,7 @@ COMMANDS = (
     ("status dir=DIR", "a run's jobs and their states, Points ok/failed/corrupt/pending, logs"),
     ("check", "compose and validate only; exit 0 when the command line would launch"),
     ("transfer_bench", "the KV-shaped NIXL transfer bench (or +experiment=transfer_bench)"),
+    ("preflight", "the checks every job runs first on its nodes, alone (starts no server)"),
 )
 
 OVERRIDES = (

@@ -37,15 +37,20 @@ def model_path_for(cfg: RunConfig, create: bool) -> str:
     return str(tiny_model.tiny_model_dir(cfg.model, cfg.cache_dir))
 
 
-def pending_deployments(plan: Plan, store: RunStore) -> list[str]:
+def point_states(plan: Plan, store: RunStore) -> dict[str, PointStatus]:
+    """Every planned Point's status in the dir (each record read once)."""
+    return {p.point_id: store.point_status(p.point_id) for p in plan.all_points()}
+
+
+def pending_deployments(
+    plan: Plan, store: RunStore, states: dict[str, PointStatus] | None = None
+) -> list[str]:
     """Ids of the Deployments with a Point not yet recorded ``ok`` (what a launch submits)."""
+    states = states if states is not None else point_states(plan, store)
     return [
         d.deployment_id
         for d in plan.deployments
-        if any(
-            store.point_status(p.point_id) is not PointStatus.ok
-            for p in plan.points[d.deployment_id]
-        )
+        if any(states[p.point_id] is not PointStatus.ok for p in plan.points[d.deployment_id])
     ]
 
 
@@ -66,15 +71,18 @@ def check_same_experiment(cfg: RunConfig, store: RunStore, origin: LaunchOrigin)
         raise ConfigError([problem])
 
 
-def resume_lines(plan: Plan, store: RunStore, verbose: bool) -> list[str]:
+def resume_lines(
+    plan: Plan, store: RunStore, verbose: bool, states: dict[str, PointStatus] | None = None
+) -> list[str]:
     """What a launch into ``store``'s dir skips (Points recorded ``ok``) and runs (pending,
     failed or corrupt records), nothing when the dir holds no record of this plan yet.
     ``verbose``: one line per Point (the dry run); else one line per kind."""
-    states = [(p, store.point_status(p.point_id)) for p in plan.all_points()]
-    if all(state is PointStatus.pending for _, state in states):
+    states = states if states is not None else point_states(plan, store)
+    if all(state is PointStatus.pending for state in states.values()):
         return []
-    skip = [p.point_id for p, state in states if state is PointStatus.ok]
-    run = [(p.point_id, state) for p, state in states if state is not PointStatus.ok]
+    ids = [p.point_id for p in plan.all_points()]
+    skip = [pid for pid in ids if states[pid] is PointStatus.ok]
+    run = [(pid, states[pid]) for pid in ids if states[pid] is not PointStatus.ok]
     head = f"{store.root} holds records: {len(skip)} Point(s) recorded ok are skipped, "
     head += f"{len(run)} run"
     if verbose:
@@ -134,7 +142,6 @@ def write_manifest(
         nodes = previous.get("provenance", {}).get("nodes", {})
         manifest["provenance"] = {**manifest["provenance"], "nodes": nodes}
         manifest["deployments"] = merge_deployments(previous.get("deployments", []), plan)
-        manifest["jobs"] = previous.get("jobs", [])
         previous.clear()
         previous.update(manifest)
 
@@ -183,17 +190,18 @@ def launch(
     plan = make_plan(cfg)
     store = RunStore(cfg.dir)
     check_same_experiment(cfg, store, origin)
-    pending = pending_deployments(plan, store)
+    states = point_states(plan, store)
+    pending = pending_deployments(plan, store, states)
     if cfg.launch.dry_run:
         model_path = model_path_for(cfg, create=False)
         spec = build_launch(cfg, plan, model_path, pending, servers_vllm(cfg.cluster.python))
         print(describe(spec, plan))
-        print("\n".join(resume_lines(plan, store, verbose=True)))
+        print("\n".join(resume_lines(plan, store, verbose=True, states=states)))
         return {"dry_run": True, "deployments": len(plan.deployments)}
     claim_dir(store)
     model_path = model_path_for(cfg, create=True)
     write_manifest(cfg, plan, store, model_path, origin)
-    for line in resume_lines(plan, store, verbose=False):
+    for line in resume_lines(plan, store, verbose=False, states=states):
         print(f"[pdbench] {line.strip()}", flush=True)
     if not pending:
         print(f"[pdbench] every point is already recorded ok in {store.root}")
@@ -321,9 +329,7 @@ def check_slurm_reachable() -> None:
 def points_recorded(plan: Plan, store: RunStore):
     """A progress counter: Points with a record (ok or failed) of all planned."""
     ids = [p.point_id for p in plan.all_points()]
-    return lambda: (
-        f"{sum(store.point_status(i) is not PointStatus.pending for i in ids)}/{len(ids)} points"
-    )
+    return lambda: f"{sum(store.has_record(i) for i in ids)}/{len(ids)} points"
 
 
 def run_transfer_bench(cfg: RunConfig) -> Path:

@@ -126,9 +126,6 @@ class DeploymentSpec:
     def on_node(self, node: int) -> list[InstanceSpec]:
         return [i for i in self.instances if i.node == node]
 
-    def instance(self, name: str) -> InstanceSpec:
-        return next(i for i in self.instances if i.name == name)
-
     def placeholders(self) -> list[str]:
         """Address placeholders still in this spec (none once resolved for every node)."""
         text = repr(self.to_dict())

@@ -115,7 +115,9 @@ class Deployment:
             "server": to_jsonable(self.server),
             "kv_recompute_threshold": self.kv_recompute_threshold,
             "decoder_kv_blocks_ttl_s": self.flow.decoder_kv_blocks_ttl_s,
+            "kv_tail": self.flow.kv_tail,
             "bidirectional": self.bidirectional,
+            "trace": self.connector.trace,
             "instances": [to_jsonable(i) for i in self.instances],
         }
 

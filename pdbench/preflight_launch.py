@@ -41,7 +41,7 @@ def run_preflight_alone(cfg: RunConfig) -> str:
         check_slurm_reachable()
     stamp = time.strftime("%Y%m%d-%H%M%S")
     rendezvous = Path(cfg.dir) / "preflight" / f"alone-{stamp}"
-    folder = Path(cfg.dir) / "submitit"
+    folder = Path(spec.submitit_folder)
     executor = make_executor(cfg.cluster, folder, dep.nodes, JOB_NAME)
     job = executor.submit(PreflightJob(dep, str(rendezvous)))
     print(f"[pdbench] submitted preflight job {job.job_id}; logs in {folder}", flush=True)

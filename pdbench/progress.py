@@ -80,29 +80,35 @@ def queue_line(job_id: str, rows: list[str]) -> str | None:
 
 
 class QueueWatch:
-    """Asks squeue about one job every QUEUE_POLL_S; ``poll`` returns a line to print when
-    the job waits in the queue and what is said changed (or QUEUE_REPEAT_S went by)."""
+    """Asks squeue about the followed SLURM jobs, once every QUEUE_POLL_S for all of them (one
+    query of the queue, not one per job); ``poll`` returns a line per job that waits in the
+    queue and whose line changed (or QUEUE_REPEAT_S went by)."""
 
-    def __init__(self, job_id: str) -> None:
-        self.job_id = job_id
+    def __init__(self, job_ids: list[str]) -> None:
+        self.job_ids = job_ids
         self.next_poll = 0.0
-        self.said = ""
-        self.said_at = 0.0
+        self.said: dict[str, tuple[str, float]] = {}
+        self.squeue = shutil.which("squeue") is not None
 
-    def poll(self) -> str | None:
+    def poll(self, waiting: set[str]) -> list[str]:
         now = time.monotonic()
-        if now < self.next_poll or shutil.which("squeue") is None:
-            return None
+        if not self.squeue or not waiting or now < self.next_poll:
+            return []
         self.next_poll = now + QUEUE_POLL_S
         try:
             out = subprocess.run(SQUEUE, capture_output=True, text=True, timeout=30).stdout
         except (OSError, subprocess.SubprocessError):
-            return None
-        line = queue_line(self.job_id, out.splitlines())
-        if line is None or (line == self.said and now - self.said_at < QUEUE_REPEAT_S):
-            return None
-        self.said, self.said_at = line, now
-        return line
+            return []
+        rows = out.splitlines()
+        lines = []
+        for job_id in self.job_ids:
+            line = queue_line(job_id, rows) if job_id in waiting else None
+            said, at = self.said.get(job_id, ("", 0.0))
+            if line is None or (line == said and now - at < QUEUE_REPEAT_S):
+                continue
+            self.said[job_id] = (line, now)
+            lines.append(line)
+        return lines
 
 
 def follow_all(
@@ -117,23 +123,27 @@ def follow_all(
     cancels the jobs still running (``launch.on_failure=stop``)."""
     offsets: dict[Path, int] = {}
     outcomes: list[dict[str, Any] | None] = [None] * len(jobs)
-    queues = [QueueWatch(str(j.job_id)) if isinstance(j, SlurmJob) else None for j in jobs]
+    queue = QueueWatch([str(j.job_id) for j in jobs if isinstance(j, SlurmJob)])
     start = time.monotonic()
     while True:
-        for i, job in enumerate(jobs):
-            if outcomes[i] is not None:
-                continue
-            finished = job.done()
+        count = ""  # recorded() reads the run dir: once per tick, when something is printed
+
+        def say(text: str) -> None:
+            nonlocal count
+            count = count or recorded()
+            print(f"  {time.monotonic() - start:6.0f}s {count} | {text}", flush=True)
+
+        done = {i: job.done() for i, job in enumerate(jobs) if outcomes[i] is None}
+        for line in queue.poll({str(jobs[i].job_id) for i, ended in done.items() if not ended}):
+            say(line)
+        for i, finished in done.items():
+            job = jobs[i]
             who = f"job {job.job_id} " if len(jobs) > 1 else ""
-            note = queues[i].poll() if queues[i] is not None and not finished else None
-            if note:
-                print(f"  {time.monotonic() - start:6.0f}s {recorded()} | {note}", flush=True)
             for path in _log_files(job):
                 lines, offsets[path] = _new_lines(path, offsets.get(path, 0))
                 for line in lines:
                     if line.startswith("[pdbench]"):
-                        elapsed = time.monotonic() - start
-                        print(f"  {elapsed:6.0f}s {recorded()} | {who}{line[10:]}", flush=True)
+                        say(f"{who}{line[10:]}")
             if finished:
                 outcomes[i] = outcome(job)
                 if on_finished is not None and on_finished(i, outcomes[i]):

@@ -326,6 +326,11 @@ class RunStore:
             return None
         return read_record(path)
 
+    def has_record(self, point_id: str) -> bool:
+        """Whether the Point has a record (ok, failed or corrupt): not ``pending``, without
+        reading it (progress counts run every tick)."""
+        return self.point_path(point_id).exists()
+
     def point_status(self, point_id: str) -> PointStatus:
         """``ok``, ``failed``, ``corrupt`` (unreadable: measured again) or ``pending``."""
         try:

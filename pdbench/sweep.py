@@ -71,7 +71,7 @@ class Sweep:
         ]
 
         def recorded() -> str:
-            done = sum(store.point_status(pid) is not PointStatus.pending for store, pid in points)
+            done = sum(store.has_record(pid) for store, pid in points)
             return f"{done}/{len(points)} points"
 
         def on_finished(i: int, outcome: dict[str, Any]) -> bool:

@@ -11,6 +11,7 @@ import pytest
 
 from pdbench.cli import UsageError, leaves_nothing, parse_argv, precheck
 from pdbench.config import Command
+from pdbench.help import COMMANDS
 
 pytestmark = pytest.mark.unit
 
@@ -164,3 +165,8 @@ def test_help_is_pdbench_s_own_page_and_imports_nothing_heavy():
     assert "cluster     debug, h100_8gpu, local*, slurm" in page
     assert "base_" not in page
     assert "--hydra-help" in page
+
+
+def test_help_lists_every_command_verb():
+    listed = {verb.split()[0] for verb, _ in COMMANDS}
+    assert {c.value for c in Command} | {"check"} == listed
