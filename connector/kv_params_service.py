@@ -11,8 +11,10 @@ answers the router::
     GET /health                    200 ok
 
 ``<id>`` is the ``X-Request-Id`` the router sent; vLLM's own id wraps it
-(``cmpl-<id>-0-<random>``). No file, no shared filesystem: nothing depends on how soon
-NFS shows a new file on another node. Stdlib only (it runs inside vLLM).
+(``cmpl-<id>-0-<random>``), and the board keys each entry by the id it wraps
+(``request_timing.external_id``): one dict lookup per GET. No file, no shared filesystem:
+nothing depends on how soon NFS shows a new file on another node. Stdlib only (it runs
+inside vLLM).
 """
 
 from __future__ import annotations
@@ -25,6 +27,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
+from connector.request_timing import external_id
+
 MAX_WAIT_S = 30.0  # the longest one GET may wait for its params
 
 
@@ -35,38 +39,33 @@ class ParamsBoard:
     def __init__(self, max_entries: int = 4096, ttl_s: float = 600.0):
         self.max_entries = max_entries
         self.ttl_s = ttl_s
-        self._entries: OrderedDict[str, tuple[float, bytes]] = OrderedDict()
+        self._entries: OrderedDict[str, tuple[float, dict[str, Any]]] = OrderedDict()
         self._changed = threading.Condition()
 
     def put(self, request_id: str, params: dict[str, Any]) -> None:
-        data = json.dumps(params, default=list).encode()
+        """Keep ``params`` under the id vLLM's ``request_id`` wraps. This runs in vLLM's
+        scheduler for every finished request: no serialising here (``take`` does it, in the
+        HTTP thread, for the params someone asks for)."""
         with self._changed:
-            self._entries[request_id] = (time.monotonic(), data)
+            self._entries[external_id(request_id)] = (time.monotonic(), params)
             self._drop_old()
             self._changed.notify_all()
 
     def take(self, key: str, wait_s: float = 0.0) -> bytes | None:
-        """The params of the request whose id is ``key`` or contains it, removed; None when
-        none arrives within ``wait_s``."""
+        """The params (JSON) of the request whose ``X-Request-Id`` is ``key``, removed; None
+        when none arrives within ``wait_s``."""
         deadline = time.monotonic() + min(max(wait_s, 0.0), MAX_WAIT_S)
         with self._changed:
-            while True:
-                found = self._find(key)
-                if found is not None:
-                    return self._entries.pop(found)[1]
+            while key not in self._entries:
                 left = deadline - time.monotonic()
                 if left <= 0:
                     return None
                 self._changed.wait(left)
+            params = self._entries.pop(key)[1]
+        return json.dumps(params, default=list).encode()
 
     def __len__(self) -> int:
         return len(self._entries)
-
-    def _find(self, key: str) -> str | None:
-        if key in self._entries:
-            return key
-        # Newest first: the request just finished.
-        return next((rid for rid in reversed(self._entries) if key in rid), None)
 
     def _drop_old(self) -> None:
         limit = time.monotonic() - self.ttl_s

@@ -171,17 +171,23 @@ class RequestTimingMixin:
 
     _pdbench_timer: RequestTimer | None = None
     _pdbench_steps: StepTimer | None = None
+    _pdbench_dir: str | None = None  # $PDBENCH_TIMING_DIR, read once
+
+    def _timing_dir(self) -> str:
+        if self._pdbench_dir is None:
+            self._pdbench_dir = timing_dir()
+        return self._pdbench_dir
 
     def _timer(self) -> RequestTimer | None:
-        if self._pdbench_timer is None and timing_dir():
-            path = Path(timing_dir()) / f"sched-{os.getpid()}.jsonl"
+        if self._pdbench_timer is None and self._timing_dir():
+            path = Path(self._timing_dir()) / f"sched-{os.getpid()}.jsonl"
             self._pdbench_timer = RequestTimer(JsonLines(path))
         return self._pdbench_timer
 
     def _steps(self) -> StepTimer | None:
-        if self._pdbench_steps is None and timing_dir():
+        if self._pdbench_steps is None and self._timing_dir():
             rank = getattr(getattr(self, "connector_worker", None), "tp_rank", 0)
-            path = Path(timing_dir()) / f"worker{rank}-{os.getpid()}.jsonl"
+            path = Path(self._timing_dir()) / f"worker{rank}-{os.getpid()}.jsonl"
             self._pdbench_steps = StepTimer(JsonLines(path))
         return self._pdbench_steps
 
@@ -205,8 +211,10 @@ class RequestTimingMixin:
     def build_connector_meta(self, scheduler_output):
         meta = super().build_connector_meta(scheduler_output)
         timer = self._timer()
-        if timer is not None:
-            step = _guarded(lambda: timer.scheduled(*_step_view(self, scheduler_output)))
+        if timer is not None and not timer.open:
+            timer.step += 1  # no prompt awaits its first token (most decode steps): no view
+        elif timer is not None:
+            step = _guarded(lambda: timer.scheduled(*_step_view(timer.open, scheduler_output)))
             if step is not None:
                 setattr(meta, STEP_ATTRIBUTE, step)
         return meta
@@ -229,14 +237,20 @@ class RequestTimingMixin:
             _guarded(steps.saved)
 
 
-def _step_view(connector: Any, scheduler_output: Any) -> tuple[dict[str, int], dict[str, int]]:
-    """Tokens scheduled per request in this step, and the tokens each had computed before
-    it (the scheduler updates ``num_computed_tokens`` after building the metadata)."""
-    scheduled = dict(scheduler_output.num_scheduled_tokens)
+def _step_view(
+    open_ids: Iterable[str], scheduler_output: Any
+) -> tuple[dict[str, int], dict[str, int]]:
+    """Tokens scheduled in this step per request of ``open_ids`` (those awaiting their first
+    token), and the tokens each had computed before it (the scheduler updates
+    ``num_computed_tokens`` after building the metadata)."""
+    scheduled_all = scheduler_output.num_scheduled_tokens
+    scheduled = {rid: scheduled_all[rid] for rid in open_ids if rid in scheduled_all}
     computed: dict[str, int] = {}
     for new in scheduler_output.scheduled_new_reqs:
-        computed[new.req_id] = int(new.num_computed_tokens)
+        if new.req_id in scheduled:
+            computed[new.req_id] = int(new.num_computed_tokens)
     cached = scheduler_output.scheduled_cached_reqs
     for req_id, n in zip(cached.req_ids, cached.num_computed_tokens, strict=False):
-        computed[req_id] = int(n)
+        if req_id in scheduled:
+            computed[req_id] = int(n)
     return scheduled, computed

@@ -60,12 +60,13 @@ from pdbench.results import (
 )
 from pdbench.serve_command import served_model_name
 from pdbench.server import ServerProcess, ServerStartError, log_tail, wait_all_ready
-from pdbench.server_log import LogWindow, failed_loads, recomputed_loads
+from pdbench.server_log import LogWindow, expired_unread_leases, failed_loads, recomputed_loads
 from pdbench.slurm_env import TaskEnvironment
 from pdbench.tracking import make_tracker
 from pdbench.ucx_transports import expand, unexpected_path
 from pdbench.workload import LoadGenerator, RequestOptions, build_conversations, run_client
 
+KV_TAIL_MARGIN_S = 5.0  # flow.kv_tail samples D at most its TTL plus this after the load
 RENDEZVOUS_TIMEOUT_S = 600.0  # how long task 0 waits for every node's servers
 
 
@@ -251,6 +252,7 @@ class DeploymentJob:
                 env=inst.env,
                 log_path=Path(inst.log_path),
                 health_url=inst.health_url,
+                cpus=inst.cpus,
             )
             stack.enter_context(proc)
             procs.append((inst, proc))
@@ -433,8 +435,9 @@ class DeploymentJob:
                 result.error = f"{failed} of {len(records)} requests failed; first: {first.error}"
         except Exception as exc:  # the Point fails, the record says why
             result.error = f"{type(exc).__name__}: {exc}\n{traceback.format_exc(limit=5)}"
-        self._check_transport(result)
-        self._check_kv_loads(result, "".join(logs.read().values()))
+        stretch = logs.read()  # this Point's part of the P/D logs, read once
+        self._check_transport(result, stretch)
+        self._check_kv_loads(result, "".join(stretch.values()))
         self._check_handoff(result)
         trace_dir = Path(self._ran.traces_dir)
         result.trace_files = sorted(
@@ -462,7 +465,7 @@ class DeploymentJob:
         for row in per_turn:
             attribution.add_split(row, [r for r in records if r.turn == row.turn])
 
-    def _check_transport(self, result: PointResult) -> None:
+    def _check_transport(self, result: PointResult, stretch: dict[str, str] | None = None) -> None:
         """Record which UCX transports moved KV (per instance, so far in the Deployment: UCX
         prints a path once per endpoint) and flag a TCP fallback, a path other than the one
         the transport config expects, or a slow link."""
@@ -489,7 +492,12 @@ class DeploymentJob:
                     "transport.expected_ucx_transports): its bandwidth is not that link's "
                     "(check UCX_TLS, the NICs and GPUDirect RDMA, or the transport config)"
                 )
-        stalled = self._expired_prefill_leases(result.point_id)
+        prefill_logs = {i.log_path for i in self._ran.instances if i.role == "prefill"}
+        stalled = sum(
+            expired_unread_leases(text, result.point_id)
+            for path, text in (stretch or {}).items()
+            if path in prefill_logs
+        )
         if stalled:
             result.flags.append(
                 f"{stalled} prefill request(s) of this point had their KV lease expire before D "
@@ -546,24 +554,6 @@ class DeploymentJob:
                 "missing_params): the conversation's next turn recomputed its history instead "
                 "of pulling it (check D's log for the pdbench KV-params service)"
             )
-
-    def _expired_prefill_leases(self, point_id: str) -> int:
-        """P requests of this Point whose blocks D never read before P's lease ran out."""
-        needle = "Releasing expired KV blocks for request"
-        count = 0
-        for inst in self._ran.instances:
-            if inst.role != "prefill":
-                continue
-            try:
-                text = Path(inst.log_path).read_text(errors="replace")
-            except OSError:
-                continue
-            count += sum(
-                1
-                for line in text.splitlines()
-                if needle in line and point_id in line and "retrieved by 0" in line
-            )
-        return count
 
     async def _drive(self, point: Point, urls, router_url: str, label: str):
         import aiohttp  # lazy: ~0.4 s, on the allocation only (the driver imports jobs/)
@@ -632,7 +622,9 @@ class DeploymentJob:
                 print(f"[pdbench] {label} turn {turn}: {ok}/{len(wave)} ok", flush=True)
 
             # D's KV occupancy over the Point (and the TTL's tail: flow.kv_tail)
-            tail_s = dep.flow.decoder_kv_blocks_ttl_s + 5.0 if dep.flow.kv_tail else 0.0
+            tail_s = (
+                dep.flow.decoder_kv_blocks_ttl_s + KV_TAIL_MARGIN_S if dep.flow.kv_tail else 0.0
+            )
             decode = [i.name for i in dep.by_role("decode")]
             kv = await kv_sampler.start(session, urls, dep.flow.kv_sample_period_s, decode, tail_s)
             t0 = time.perf_counter()

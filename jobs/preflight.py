@@ -22,6 +22,7 @@ from connector.shared_files import write_json_atomic
 from pdbench import provenance
 from pdbench.launch_spec import DeploymentSpec
 from pdbench.preflight import NodeReport, run_preflight
+from pdbench.preflight.rendezvous import report_file
 from pdbench.preflight.spec import spec_from_launch
 from pdbench.results import RunStore
 from pdbench.slurm_env import TaskEnvironment
@@ -39,16 +40,12 @@ def reports_dir(rendezvous: Path) -> Path:
     return Path(rendezvous) / "preflight"
 
 
-def report_path(directory: Path, rank: int) -> Path:
-    return Path(directory) / f"report-{rank}.json"  # what run_preflight writes
-
-
 def read_reports(directory: Path, nodes: int) -> dict[int, dict[str, Any]]:
     """The reports written so far, by rank."""
     out = {}
     for rank in range(nodes):
         try:
-            out[rank] = json.loads(report_path(directory, rank).read_text())
+            out[rank] = json.loads(report_file(directory, rank).read_text())
         except (OSError, ValueError):
             continue
     return out

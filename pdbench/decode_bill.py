@@ -116,7 +116,6 @@ def bill(
             else:
                 out.never_pulled_requests += 1
                 out.never_pulled_block_s += n_blocks * held_s
-    d = [deltas[n] for n in decode_names if n in deltas]
     # leases run out after the load (the TTL's tail): the samples see them, the counters
     # scraped between waves do not
     out.expired_leases = sum(
@@ -125,14 +124,10 @@ def bill(
         else deltas.get(n, {}).get(EXPIRED, 0.0)
         for n in decode_names
     )
-    out.itl_ms_server = _pooled_mean_ms(d, metrics.ITL_SECONDS)
-    out.tpot_ms_server = _pooled_mean_ms(d, metrics.TPOT_SECONDS)
+    out.itl_ms_server = 1e3 * (
+        metrics.pooled_mean_s(deltas, decode_names, metrics.ITL_SECONDS) or 0
+    )
+    out.tpot_ms_server = 1e3 * (
+        metrics.pooled_mean_s(deltas, decode_names, metrics.TPOT_SECONDS) or 0
+    )
     return out
-
-
-def _pooled_mean_ms(deltas: list[dict[str, float]], name: str) -> float:
-    pooled = {
-        f"{name}_sum": sum(d.get(f"{name}_sum", 0.0) for d in deltas),
-        f"{name}_count": sum(d.get(f"{name}_count", 0.0) for d in deltas),
-    }
-    return metrics.histogram_mean_ms(pooled, name)

@@ -53,7 +53,7 @@ class InstanceSpec:
     node: int  # plan node index == task rank
     tp: int
     gpus: list[int]  # CUDA_VISIBLE_DEVICES on its node; [] on CPU
-    cpus: list[int]  # cores it is pinned to (CPU builds)
+    cpus: list[int]  # cores its whole process tree runs on (CPU builds; ServerProcess pins it)
     host: str  # the address it binds and is reached at
     http_port: int
     side_channel_port: int
@@ -300,22 +300,11 @@ def _instance_spec(
         host=host,
         http_port=inst.http_port,
         side_channel_port=inst.side_channel_port,
-        command=_on_its_cores(inst, serve_command(dep, inst, model_path, host, python, vllm)),
+        command=serve_command(dep, inst, model_path, host, python, vllm),
         env=env,
         log_path=str(logs / f"{inst.name}.log"),
         kv_params_port=port,
     )
-
-
-def _on_its_cores(inst: Instance, command: list[str]) -> list[str]:
-    """A CPU instance's whole server (API server, engine core, workers) on its own cores.
-    Unpinned, vLLM's API servers and engine cores of every instance pile onto one core
-    (measured on 2 cores: both engine cores ran on core 0, with P's forward), and P then
-    computes the same tokens 2-4x slower than D; ``VLLM_CPU_OMP_THREADS_BIND`` pins only
-    the forward threads."""
-    if not inst.cpus:
-        return command
-    return ["taskset", "-c", ",".join(str(c) for c in inst.cpus), *command]
 
 
 def router_settings(flow: FlowConfig, request_timeout_s: float, port: int) -> dict[str, Any]:

@@ -103,6 +103,18 @@ def tokens_by_source(d: dict[str, float], source: str) -> float:
     return d.get(f"vllm:prompt_tokens_by_source_total[{source}]", 0.0)
 
 
+def pooled_total(deltas: dict[str, dict[str, float]], names: list[str], key: str) -> float:
+    """``key`` summed over the deltas of the instances ``names``."""
+    return sum(deltas.get(n, {}).get(key, 0.0) for n in names)
+
+
+def pooled_mean_s(deltas: dict[str, dict[str, float]], names: list[str], name: str) -> float | None:
+    """The mean of a seconds histogram pooled over instances ``names`` (sums over counts);
+    None when none of them counted anything."""
+    count = pooled_total(deltas, names, f"{name}_count")
+    return pooled_total(deltas, names, f"{name}_sum") / count if count else None
+
+
 def histogram_mean_ms(d: dict[str, float], name: str) -> float:
     """The mean of a seconds histogram over a delta (``_sum`` / ``_count``), in ms; 0 if empty."""
     count = d.get(f"{name}_count", 0.0)

@@ -47,8 +47,10 @@ class PointStatus(StrEnum):
     corrupt = "corrupt"  # a record that does not parse (never written as such): measured again
 
 
-# The parts of a request's TTFT (``RequestRecord.ttft_split``, pdbench/ttft_split.py), in
-# the order they happen; the residual closes the sum at the measured TTFT.
+# The parts of a request's TTFT (``RequestRecord.ttft_split``, pdbench/ttft_split.py): the
+# router, then P (its queue, its compute, and its pull from D, which comes before P's
+# compute), the hand-off to D and D's first step; the residual closes the sum at the
+# measured TTFT. The order is the records' and the report's columns.
 TTFT_SPLIT_PARTS = (
     "router_ms",
     "p_queue_ms",
@@ -83,7 +85,9 @@ class RequestRecord:
     # p_pull_ms, handoff_ms, d_first_step_ms and residual_ms (TTFT minus the others); a part
     # the route does not have is 0. {} when nothing could be split (failed request).
     ttft_split: dict[str, float] = field(default_factory=dict)
-    split_source: str = ""  # "per_request" | "per_wave_histogram" (ttft_split.SOURCES)
+    split_source: str = (
+        ""  # "per_request" | "per_wave_histogram" (ttft_split.PER_REQUEST, PER_WAVE)
+    )
     # The residual's own parts where measured (ms): client_ms (client <-> router and the
     # relay), p_http_ms (P's answer outside its engine), d_http_ms (D's, to its first chunk)
     ttft_residual_ms: dict[str, float] = field(default_factory=dict)
@@ -176,7 +180,9 @@ class DecodeBill:
     pulled_block_s: float = 0.0  # their blocks x (request end -> P's prefill ended)
     never_pulled_requests: int = 0  # kept blocks nobody read: held for the TTL
     never_pulled_block_s: float = 0.0  # their blocks x TTL
-    expired_leases: float = 0.0  # D's vllm:nixl_num_kv_expired_reqs delta
+    # D's leases that ran out (vllm:nixl_num_kv_expired_reqs): from the first to the last KV
+    # sample, the TTL's tail included; the between-wave counter delta without samples
+    expired_leases: float = 0.0
     itl_ms_server: float = 0.0  # D's vllm:inter_token_latency_seconds mean, ms
     tpot_ms_server: float = 0.0  # D's vllm:request_time_per_output_token_seconds mean, ms
 
@@ -205,7 +211,7 @@ class PointResult:
     # instance -> [[t_s, kv usage 0..1, requests running, expired leases so far], ...]
     # every flow.kv_sample_period_s during the Point (and its tail: flow.kv_tail)
     kv_timeline: dict[str, list[list[float]]] = field(default_factory=dict)
-    hosts: dict[str, str] = field(default_factory=dict)  # instance -> host:port
+    hosts: dict[str, str] = field(default_factory=dict)  # instance -> "hostname (address)"
     # The Deployment's launch spec as the job ran it (commands, env, addresses), run-relative
     launch_spec_file: str = ""
     started_at: float = 0.0

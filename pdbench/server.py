@@ -40,8 +40,13 @@ class ServerProcess:
         log_path: Path,
         health_url: str,
         grace_s: float = 15.0,
+        cpus: list[int] | None = None,
     ):
+        """``cpus``: the cores the whole process tree runs on (a CPU instance's API server,
+        engine core and workers: unpinned, vLLM's processes of every instance pile onto one
+        core; ``VLLM_CPU_OMP_THREADS_BIND`` pins only the forward threads). None: any."""
         self.name = name
+        self.cpus = sorted(set(cpus)) if cpus else None
         self.cmd = cmd
         self.env = env
         self.log_path = Path(log_path)
@@ -53,8 +58,10 @@ class ServerProcess:
     def start(self) -> ServerProcess:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         self._log = open(self.log_path, "ab")  # noqa: SIM115 - closed in stop()
-        self._log.write(f"$ {' '.join(self.cmd)}\n".encode())
+        pinned = f"[cores {','.join(map(str, self.cpus))}] " if self.cpus else ""
+        self._log.write(f"$ {pinned}{' '.join(self.cmd)}\n".encode())
         self._log.flush()
+        cpus = self.cpus
         self.proc = subprocess.Popen(
             self.cmd,
             env={**os.environ, **self.env},
@@ -62,7 +69,7 @@ class ServerProcess:
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
             start_new_session=True,
-            preexec_fn=_ignore_slurm_warning,
+            preexec_fn=lambda: _in_child(cpus),
         )
         return self
 
@@ -82,22 +89,7 @@ class ServerProcess:
 
     def wait_until_ready(self, timeout_s: float, poll_s: float = 0.5) -> float:
         """Poll health until ready; raise with the log tail if the process dies or time runs out."""
-        start = time.monotonic()
-        while True:
-            if not self.alive():
-                code = self.proc.returncode if self.proc else None
-                raise ServerStartError(
-                    f"{self.name} exited with code {code} before becoming healthy; "
-                    f"log {self.log_path}:\n{log_tail(self.log_path)}"
-                )
-            if self.healthy():
-                return time.monotonic() - start
-            if time.monotonic() - start > timeout_s:
-                raise ServerStartError(
-                    f"{self.name} not healthy after {timeout_s:.0f} s at {self.health_url}; "
-                    f"log {self.log_path}:\n{log_tail(self.log_path)}"
-                )
-            time.sleep(poll_s)
+        return wait_all_ready([self], timeout_s, lambda _: None, poll_s=poll_s)[self.name]
 
     def stop(self) -> None:
         """SIGTERM the process group, SIGKILL it after the grace period, reap."""
@@ -190,10 +182,19 @@ def wait_all_ready(
         time.sleep(poll_s)
 
 
-def _ignore_slurm_warning() -> None:
-    """SLURM sends its time-limit warning (``--signal=USR2@...``) to every process of the job
-    step, servers included; they must stay up while the job checkpoints and stops them."""
+def _in_child(cpus: list[int] | None) -> None:
+    """Set up the server's process before it starts: SLURM sends its time-limit warning
+    (``--signal=USR2@...``) to every process of the job step, servers included, and they must
+    stay up while the job checkpoints and stops them; pin it to ``cpus`` (its children
+    inherit them), those of them the task may use, and say so in its log when that leaves
+    none (it then runs where the task may)."""
     signal.signal(signal.SIGUSR2, signal.SIG_IGN)
+    if cpus:
+        allowed = set(cpus) & os.sched_getaffinity(0)
+        if allowed:
+            os.sched_setaffinity(0, allowed)
+        else:
+            os.write(2, f"pdbench: cores {cpus} are outside this task's; not pinned\n".encode())
 
 
 def _signal_group(pgid: int, sig: signal.Signals) -> None:

@@ -30,6 +30,18 @@ def failed_loads(text: str) -> int:
     return sum(int(n) for n in _FAILING.findall(text))
 
 
+def expired_unread_leases(text: str, tag: str) -> int:
+    """P requests tagged ``tag`` (a Point id, in the router's request ids) whose blocks the
+    peer never read before P's lease ran out (vLLM: "Releasing expired KV blocks for request
+    ... retrieved by 0 remote worker(s)")."""
+    needle = "Releasing expired KV blocks for request"
+    return sum(
+        1
+        for line in text.splitlines()
+        if needle in line and tag in line and "retrieved by 0" in line
+    )
+
+
 class LogWindow:
     """The part of some log files written between ``LogWindow(paths)`` and ``read()``."""
 

@@ -42,12 +42,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from connector.request_timing import external_id
+from pdbench.metrics import pooled_mean_s, pooled_total
 from pdbench.results import TTFT_SPLIT_PARTS, RequestRecord
 
 PARTS = TTFT_SPLIT_PARTS
 PER_REQUEST = "per_request"
 PER_WAVE = "per_wave_histogram"
-SOURCES = (PER_REQUEST, PER_WAVE)
 
 QUEUE = "vllm:request_queue_time_seconds"
 PREFILL = "vllm:request_prefill_time_seconds"
@@ -62,8 +62,6 @@ class ServerTiming:
     scheduled_s: float
     first_token_s: float  # the forward of the step that computes its last prompt token ended
     load_s: float = -1.0
-    loaded_s: float = -1.0
-    load_tokens: int = 0
 
     @property
     def queue_ms(self) -> float:
@@ -107,23 +105,16 @@ class WaveTiming:
         answer_names: Iterable[str],
     ) -> WaveTiming:
         prefill, answer = list(prefill_names), list(answer_names)
-        p_requests = _total(deltas, prefill, f"{QUEUE}_count")
+        p_requests = pooled_total(deltas, prefill, f"{QUEUE}_count")
         return cls(
-            p_queue_s=_mean(deltas, prefill, QUEUE),
-            p_prefill_s=_mean(deltas, prefill, PREFILL),
-            p_xfer_s=_total(deltas, prefill, f"{XFER}_sum") / p_requests if p_requests else None,
-            d_queue_s=_mean(deltas, answer, QUEUE),
-            d_prefill_s=_mean(deltas, answer, PREFILL),
+            p_queue_s=pooled_mean_s(deltas, prefill, QUEUE),
+            p_prefill_s=pooled_mean_s(deltas, prefill, PREFILL),
+            p_xfer_s=pooled_total(deltas, prefill, f"{XFER}_sum") / p_requests
+            if p_requests
+            else None,
+            d_queue_s=pooled_mean_s(deltas, answer, QUEUE),
+            d_prefill_s=pooled_mean_s(deltas, answer, PREFILL),
         )
-
-
-def _total(deltas: dict[str, dict[str, float]], names: list[str], key: str) -> float:
-    return sum(deltas.get(n, {}).get(key, 0.0) for n in names)
-
-
-def _mean(deltas: dict[str, dict[str, float]], names: list[str], metric: str) -> float | None:
-    count = _total(deltas, names, f"{metric}_count")
-    return _total(deltas, names, f"{metric}_sum") / count if count else None
 
 
 def _close(parts: dict[str, float], ttft_ms: float) -> dict[str, float]:
@@ -247,8 +238,6 @@ def read_server_timing(
                         scheduled_s=float(row["scheduled_s"]),
                         first_token_s=ends[row["step"]],
                         load_s=float(row.get("load_s", -1.0)),
-                        loaded_s=float(row.get("loaded_s", -1.0)),
-                        load_tokens=int(row.get("load_tokens", 0)),
                     )
                 except (KeyError, TypeError, ValueError):
                     continue

@@ -18,13 +18,14 @@ Files, not sockets, carry the addresses: the run dir is the one channel tasks al
 from __future__ import annotations
 
 import json
-import os
 import secrets
 import socket
 import threading
 import time
 from pathlib import Path
 from typing import Any
+
+from connector.shared_files import write_bytes_atomic
 
 POLL_S = 0.2
 
@@ -37,14 +38,17 @@ def done_file(rdv: Path, rank: int) -> Path:
     return rdv / f"done-{rank}"
 
 
+def report_file(rdv: Path, rank: int) -> Path:
+    """Where rank ``rank`` leaves its ``NodeReport`` (``runner.run_preflight``)."""
+    return Path(rdv) / f"report-{rank}.json"
+
+
 def new_token() -> str:
     return secrets.token_hex(16)
 
 
 def write_atomic(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
+    write_bytes_atomic(path, text.encode())
 
 
 def publish(rdv: Path, rank: int, record: dict[str, Any]) -> Path:

@@ -184,7 +184,7 @@ def run_preflight(
     report.results.extend(cross_node_checks(spec, rank, rdv, address, peer_timeout_s))
     report.seconds = time.monotonic() - start
     if rdv is not None:
-        rendezvous.write_atomic(rdv / f"report-{rank}.json", json.dumps(report.to_dict()))
+        rendezvous.write_atomic(rendezvous.report_file(rdv, rank), json.dumps(report.to_dict()))
     return report
 
 

@@ -33,16 +33,23 @@ def test_params_are_found_by_the_routers_id_and_taken_once():
     assert board.take("pdb-pull-h0-t2-0123456789ab-d") is None and len(board) == 0
 
 
+def test_the_board_keeps_params_by_the_id_vllm_wraps_and_serialises_on_take():
+    board = ParamsBoard()
+    board.put(VLLM_ID, PARAMS)
+    assert list(board._entries) == ["pdb-pull-h0-t2-0123456789ab-d"]  # one dict lookup
+    assert board._entries["pdb-pull-h0-t2-0123456789ab-d"][1] is PARAMS  # not serialised yet
+
+
 def test_a_take_waits_for_params_that_come_later():
     board = ParamsBoard()
     threading.Timer(0.05, board.put, (VLLM_ID, PARAMS)).start()
-    assert json.loads(board.take("0123456789ab-d", wait_s=10)) == PARAMS
+    assert json.loads(board.take("pdb-pull-h0-t2-0123456789ab-d", wait_s=10)) == PARAMS
 
 
 def test_params_nobody_asks_for_do_not_pile_up():
     board = ParamsBoard(max_entries=3)
     for i in range(5):
-        board.put(f"cmpl-r{i}-0-x", {"i": i})
+        board.put(f"cmpl-r{i}-0-1a2b3c4d", {"i": i})
     assert len(board) == 3 and board.take("r0") is None and board.take("r4") is not None
     old = ParamsBoard(ttl_s=0.0)
     old.put("a", {})
@@ -76,9 +83,9 @@ def test_the_service_answers_over_http(service):
     base = f"http://127.0.0.1:{service.port}"
     assert get(f"{base}/health") == (200, b"ok")
     service.board.put(VLLM_ID, PARAMS)
-    status, body = get(f"{base}/kv_params/0123456789ab-d?wait_s=1")
+    status, body = get(f"{base}/kv_params/pdb-pull-h0-t2-0123456789ab-d?wait_s=1")
     assert status == 200 and json.loads(body) == PARAMS
-    status, body = get(f"{base}/kv_params/0123456789ab-d?wait_s=0.05")
+    status, body = get(f"{base}/kv_params/pdb-pull-h0-t2-0123456789ab-d?wait_s=0.05")
     assert status == 404 and b"no params" in body
 
 

@@ -11,7 +11,7 @@ from pdbench.config import TrackingConfig
 from pdbench.launch_spec import build_launch
 from pdbench.plan import make_plan
 from pdbench.results import PointResult, PointStatus
-from pdbench.server_log import LogWindow, failed_loads, recomputed_loads
+from pdbench.server_log import LogWindow, expired_unread_leases, failed_loads, recomputed_loads
 from pdbench.ucx_transports import unexpected_path
 from tests.unit.helpers import cpu_run
 
@@ -102,3 +102,15 @@ def test_a_recomputed_fallback_is_always_a_flag(tmp_path):
     result = fresh_result()
     job._check_kv_loads(result, "INFO all fine\n")
     assert result.flags == []
+
+
+def test_expired_unread_leases_count_only_this_points_requests():
+    line = (
+        "(Worker pid=1) WARNING [base_worker.py:3032] Releasing expired KV blocks for request "
+        "cmpl-pdb-{tag}-t2-0123456789ab-p-0-1a2b3c4d which were retrieved by {n} remote "
+        "worker(s) before lease expired."
+    )
+    text = "\n".join(
+        [line.format(tag="p1", n=0), line.format(tag="p1", n=1), line.format(tag="p2", n=0)]
+    )
+    assert expired_unread_leases(text, "p1") == 1

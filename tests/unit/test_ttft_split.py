@@ -1,9 +1,16 @@
 import json
+import os
 from types import SimpleNamespace
 
 import pytest
 
-from connector.request_timing import STEP_ATTRIBUTE, RequestTimer, StepTimer, external_id
+from connector.request_timing import (
+    STEP_ATTRIBUTE,
+    RequestTimer,
+    RequestTimingMixin,
+    StepTimer,
+    external_id,
+)
 from pdbench import ttft_split
 from pdbench.results import RequestRecord
 from pdbench.router import TurnTiming
@@ -183,3 +190,38 @@ def test_server_lines_are_joined_by_the_routers_id(tmp_path):
     assert r.split_source == ttft_split.PER_REQUEST
     assert r.ttft_split["p_compute_ms"] == pytest.approx(100.0)
     assert sum(r.ttft_split.values()) == pytest.approx(r.ttft_ms)
+
+
+def test_the_connector_marks_the_step_that_completes_a_prompt_and_skips_idle_ones(
+    tmp_path, monkeypatch
+):
+    class VllmSide:  # what vLLM's connector returns from its scheduler hooks
+        def on_new_request(self, request):
+            pass
+
+        def build_connector_meta(self, scheduler_output):
+            return SimpleNamespace()
+
+    class Connector(RequestTimingMixin, VllmSide):
+        pass
+
+    monkeypatch.setenv("PDBENCH_TIMING_DIR", str(tmp_path))
+    conn = Connector()
+
+    def step(scheduled: dict[str, int], computed: dict[str, int]):
+        cached = SimpleNamespace(
+            req_ids=list(computed), num_computed_tokens=list(computed.values())
+        )
+        out = SimpleNamespace(
+            num_scheduled_tokens=scheduled, scheduled_new_reqs=[], scheduled_cached_reqs=cached
+        )
+        return conn.build_connector_meta(out)
+
+    assert not hasattr(step({"other": 1}, {"other": 40}), STEP_ATTRIBUTE)  # decode only
+    request = SimpleNamespace(request_id="cmpl-a-0-1a2b3c4d", arrival_time=1.0, num_prompt_tokens=8)
+    conn.on_new_request(request)
+    assert not hasattr(step({"cmpl-a-0-1a2b3c4d": 4, "other": 1}, {"other": 41}), STEP_ATTRIBUTE)
+    meta = step({"cmpl-a-0-1a2b3c4d": 4, "other": 1}, {"cmpl-a-0-1a2b3c4d": 4, "other": 42})
+    assert getattr(meta, STEP_ATTRIBUTE) == 3  # steps count from the first, idle ones included
+    (line,) = (tmp_path / f"sched-{os.getpid()}.jsonl").read_text().splitlines()
+    assert json.loads(line)["step"] == 3 and not conn._pdbench_timer.open
