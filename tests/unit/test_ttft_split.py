@@ -96,13 +96,9 @@ def test_router_spans_round_trip_through_the_header():
 
 def pd_case():
     # P: accepted at 0, blocks for a pull at 0.010, scheduled at 0.050, forward done 0.150
-    p = ttft_split.ServerTiming(
-        arrival_s=0.0, scheduled_s=0.050, first_token_s=0.150, load_s=0.010, loaded_s=0.040
-    )
+    p = ttft_split.ServerTiming(arrival_s=0.0, scheduled_s=0.050, first_token_s=0.150, load_s=0.010)
     # D: accepted at 5.000 (its own clock), its KV read done, scheduled 5.030, forward 5.060
-    d = ttft_split.ServerTiming(
-        arrival_s=5.0, scheduled_s=5.030, first_token_s=5.060, load_s=5.002, loaded_s=5.025
-    )
+    d = ttft_split.ServerTiming(arrival_s=5.0, scheduled_s=5.030, first_token_s=5.060, load_s=5.002)
     spans = {"route": 0.5, "p": 170.0, "gap": 1.0, "d": 80.0}
     return record(260.0, spans), p, d
 
