@@ -3,6 +3,7 @@ and the records see the same commands, env, paths, router config and sbatch file
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from unittest import mock
 
@@ -112,10 +113,19 @@ def test_one_submission_per_local_deployment_one_array_on_slurm():
 
 
 @pytest.mark.parametrize("thresholds", [[64], [0, 64, 256]])
-def test_the_sbatch_file_submitit_hands_sbatch_is_the_specs(tmp_path: Path, thresholds):
+def test_the_sbatch_file_submitit_hands_sbatch_is_the_specs(
+    tmp_path: Path, thresholds, monkeypatch: pytest.MonkeyPatch
+):
     """Runs submitit's real submission path (its private ``_submit_command`` and array
     handling, pinned in pyproject) with ``sbatch`` replaced by ``echo``: the file it would
-    submit must equal the launch spec's text, which the dry run prints."""
+    submit must equal the launch spec's text, which the dry run prints. submitit looks for
+    ``srun`` on PATH before it builds anything; a machine without SLURM gets a stand-in that
+    is never run, so this stays a unit test."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "srun").write_text("#!/bin/sh\nexit 1\n")
+    (bin_dir / "srun").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{os.environ.get('PATH', '')}{os.pathsep}{bin_dir}")
     cfg = slurm_run()
     cfg.dir = str(tmp_path / "run")
     cfg.flow.kv_recompute_thresholds = thresholds
