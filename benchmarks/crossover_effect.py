@@ -12,7 +12,11 @@ all of them:
   units of the A/A noise;
 - where TTFT goes (the TTFT split's mean parts and the residual's own parts) per flow at the
   shortest and the longest history;
-- the run's wall time (manifest ``created_at`` -> the last Point's ``finished_at``).
+- the run's wall time (manifest ``created_at`` -> the last Point's ``finished_at``);
+- the run's answer as ``python -m analysis`` gave it (``analysis/summary.json``, when the
+  run was analysed): the crossover with its 95% interval, the recommended threshold and the
+  A/A control; over several runs, the lengths inside every run's interval (empty: the runs
+  disagree beyond their intervals).
 
     .venv/bin/python -m benchmarks.crossover_effect results/crossover-A results/crossover-B
 
@@ -45,6 +49,45 @@ def load(run_dir: Path) -> tuple[list[dict], dict[str, list[dict]], dict]:
         lines = path.read_text().splitlines() if path.exists() else []
         requests[p["point_id"]] = [json.loads(x) for x in lines if x.strip()]
     return points, requests, json.loads((run_dir / "manifest.json").read_text())
+
+
+def verdicts(run_dir: Path) -> dict[str, Any] | None:
+    """The crossover, threshold and control ``python -m analysis`` wrote (first deployment)."""
+    path = run_dir / "analysis" / "summary.json"
+    if not path.exists():
+        return None
+    questions = json.loads(path.read_text()).get("questions", {})
+    cross = (questions.get("crossover") or [{}])[0]
+    control = (questions.get("control") or [{}])[0]
+    measured = cross.get("measured", {})
+    diff = control.get("pull_minus_recompute", {})
+    return {
+        "crossover_tokens": measured.get("tokens"),
+        "crossover_low": measured.get("low"),
+        "crossover_high": measured.get("high"),
+        "crossover_verdict": measured.get("verdict"),
+        "crossover_text": measured.get("text", ""),
+        "predicted_fit": cross.get("predicted_fit"),
+        "recommended_kv_recompute_threshold": cross.get("recommended_kv_recompute_threshold"),
+        "control_ms": diff.get("estimate"),
+        "control_low": diff.get("low"),
+        "control_high": diff.get("high"),
+        "control_invalid": control.get("invalid"),
+        "control_text": control.get("text", ""),
+    }
+
+
+def common_interval(runs: list[dict[str, Any]]) -> list[float] | None:
+    """The lengths inside every run's crossover interval, or None when they share none."""
+    bounds = [
+        (v["crossover_low"], v["crossover_high"])
+        for v in (r.get("verdicts") for r in runs)
+        if v and v["crossover_low"] is not None and v["crossover_high"] is not None
+    ]
+    if len(bounds) < 2:
+        return None
+    low, high = max(b[0] for b in bounds), min(b[1] for b in bounds)
+    return [low, high] if low <= high else None
 
 
 def analyse(run_dir: Path) -> dict[str, Any]:
@@ -118,6 +161,7 @@ def analyse(run_dir: Path) -> dict[str, Any]:
         "recompute_longest_minus_shortest_ms": cost,
         "effect_over_aa_noise": cost / aa_sd if aa_sd and aa_sd == aa_sd else float("nan"),
         "where_ttft_goes": where,
+        "verdicts": verdicts(run_dir),
     }
 
 
@@ -138,6 +182,12 @@ def show(result: dict[str, Any]) -> None:
         f"  recomputing the longest history costs {cost:.0f} ms more than the shortest: "
         f"{ratio:.1f}x the A/A SD"
     )
+    v = result["verdicts"]
+    if v:
+        print(f"  crossover {v['crossover_text']} ({v['crossover_verdict']})")
+        print(f"  {v['control_text']}")
+    else:
+        print("  no analysis/summary.json: run `python -m analysis` on it for its verdicts")
     for key, v in result["where_ttft_goes"].items():
         parts = ", ".join(f"{k[:-3]} {x:.1f}" for k, x in v["parts"].items())
         residual = ", ".join(f"{k[:-3]} {x:.1f}" for k, x in v["residual_parts"].items())
@@ -162,6 +212,12 @@ def main(argv: list[str] | None = None) -> None:
             f"over {len(results)} runs: effect / A/A SD {min(ratios):.1f}-{max(ratios):.1f}, "
             f"wall {min(walls):.0f}-{max(walls):.0f} s"
         )
+        shared = common_interval(results)
+        print(
+            f"crossover lengths inside every run's 95% interval: {shared[0]:.0f}-{shared[1]:.0f}"
+            if shared
+            else "the runs' crossover intervals share no length (or fewer than two were analysed)"
+        )
     out = (
         args.out
         or Path("benchmarks/results") / f"crossover_effect-{time.strftime('%Y-%m-%d')}.json"
@@ -173,6 +229,7 @@ def main(argv: list[str] | None = None) -> None:
         "at": time.time(),
         "load_average": os.getloadavg(),
         "runs": results,
+        "crossover_common_interval": common_interval(results),
     }
     out.write_text(json.dumps(record, indent=1))
     print(f"saved {out}")
