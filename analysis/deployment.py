@@ -142,7 +142,7 @@ def _fit_notes(rfit: RecomputeFit | None, tfit: TransferFit | None, source: str)
             "length here (overheads dominate?); predictions from it are unreliable"
         )
     if tfit is None:
-        notes.append("transfer fit: no P<-D traces or bench records with two sizes")
+        notes.append(f"transfer fit: {samples.NO_TRANSFER_SAMPLES}")
     elif not tfit.predicts:
         notes.append(f"transfer fit ({source}): {tfit.why_not()}: no prediction from it")
     elif not tfit.quality.r2 >= POOR_R2:

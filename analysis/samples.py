@@ -59,6 +59,10 @@ def _distinct(values: pd.Series) -> int:
 
 
 PULLS = "P<-D"
+NO_TRANSFER_SAMPLES = (
+    "no traced P<-D pulls (run with connector.trace=true) and no transfer-bench records with "
+    "two sizes (add a +experiment=transfer_bench run dir to the analysis)"
+)
 SAMPLE_COLUMNS = ["bytes", "seconds", "cluster"]
 
 

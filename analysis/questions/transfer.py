@@ -17,6 +17,7 @@ from analysis import plotkit
 from analysis.deployment import Context, DeploymentAnalysis
 from analysis.fits import MIN_TRANSFER_SIZES
 from analysis.question import PlotSpec, Question
+from analysis.samples import NO_TRANSFER_SAMPLES
 
 
 def _ci(bounds: tuple[float, float], scale: float, fmt: str) -> str:
@@ -34,7 +35,7 @@ class TransferAnswer:
     def transfer_text(self) -> str:
         t = self.a.transfer_fit
         if t is None:
-            return "transfer fit: none (no P<-D pulls or bench records with two sizes)"
+            return f"transfer fit: none: {NO_TRANSFER_SAMPLES}"
         text = (
             f"transfer fit ({self.a.transfer_source}): alpha {t.alpha_s * 1e3:,.3f} ms "
             f"{_ci(t.alpha_ci_s, 1e3, ',.3f')}, {t.gb_s:,.3f} GB/s {_ci(t.gb_s_ci, 1, ',.3f')}, "
