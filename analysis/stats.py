@@ -46,7 +46,7 @@ from __future__ import annotations
 import functools
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import StrEnum
 from statistics import NormalDist
 
@@ -341,6 +341,16 @@ class Verdict:
     @property
     def decided(self) -> bool:
         return self.status is Status.DECIDED
+
+    def within(self, lowest: float, highest: float = math.inf) -> Verdict:
+        """The same verdict with its bounds clipped to what the quantity can be (a share of
+        a cache stays in [0, 100] %, a duration is not negative): a t interval of a few
+        repetitions of a level near its limit would otherwise cross it."""
+        if not np.isfinite(self.low):
+            return self
+        low = min(max(self.low, lowest), highest)
+        high = min(max(self.high, lowest), highest)
+        return replace(self, low=low, high=high)
 
     def interval(self, fmt: str = "{:,.1f}", signed: bool = True) -> str:
         """``+12.3 ms [4.1, 20.5]`` (``signed``: a difference; else a level, ``12.3 ms

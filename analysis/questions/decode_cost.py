@@ -179,8 +179,8 @@ def answer(ctx: Context) -> list[DecodeCostAnswer]:
                 saving=pc.verdict(saving, dep, kind),
                 tpot_cost=pc.verdict(tpot, dep, kind),
                 itl_cost_server=pc.verdict(itl, dep, kind),
-                kv_peak=pc.verdict(peak, dep, kind, "%"),
-                held_s=pc.verdict(held, dep, kind, "s"),
+                kv_peak=pc.verdict(peak, dep, kind, "%").within(0.0, 100.0),
+                held_s=pc.verdict(held, dep, kind, "s").within(0.0),
                 lost_pulls=float((later["path"] == LOST).mean()) if len(later) else 0.0,
                 longest_gap_s=float(gaps.reindex(pull["point_id"]).max())
                 if len(gaps)

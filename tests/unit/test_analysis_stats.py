@@ -193,3 +193,18 @@ def test_one_repetition_gives_no_interval_and_one_length_no_curve():
     assert c.describe().startswith("not determined")
     assert fit_curve(*curve_data(lambda h: h, (500,), 3, 1.0)) is None
     assert crossover(None, "needs both flows").describe() == "n/a (needs both flows)"
+
+
+def test_a_bounded_quantity_keeps_its_interval_inside_its_range():
+    """A share of D's KV near 100% over three repetitions: the t interval crosses 100%;
+    ``within`` clips the bounds, not the estimate, and a decision stays what it was."""
+    from analysis.stats import mean_verdict
+
+    share = mean_verdict(np.array([99.0, 60.0, 98.0]), unit="%")
+    assert share.high > 100.0
+    clipped = share.within(0.0, 100.0)
+    assert (clipped.low, clipped.high) == (max(share.low, 0.0), 100.0)
+    assert clipped.estimate == share.estimate and clipped.status is share.status
+    held = mean_verdict(np.array([0.1, 0.2, 2.0]), unit="s").within(0.0)
+    assert held.low == 0.0 and held.high > 0.2
+    assert "[no interval]" in mean_verdict(np.array([5.0]), unit="s").within(0.0).interval()
