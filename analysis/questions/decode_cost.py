@@ -52,13 +52,26 @@ class CostCell:
     lost_pulls: float  # share of pull's turns >= 2 recomputed for an expired lease
     longest_gap_s: float  # longest wait between a conversation's turns (pull)
     never_pulled_block_s: float  # per conversation, pull flow, mean over repetitions
+    released: tuple[int, int] = (0, 0)  # pull Points that saw D idle again, of all
+
+    def held_text(self) -> str:
+        """How long D held the blocks; from the Points that saw D idle again only, and said
+        so when some did not (without ``flow.kv_tail`` sampling stops with the load)."""
+        seen, total = self.released
+        held = self.held_s.interval("{:,.1f}", signed=False)
+        if seen == total:
+            return held
+        return (
+            f"{held} (D was seen idle again after {seen} of {total} Points; "
+            "flow.kv_tail=true waits for it)"
+        )
 
     def sentence(self) -> str:
         return (
             f"pull saves P {self.saving.interval()} of TTFT and costs D "
             f"{self.tpot_cost.interval('{:+,.2f}')} of TPOT and "
             f"{self.kv_peak.interval('{:,.1f}', signed=False)} of its KV for "
-            f"{self.held_s.interval('{:,.1f}', signed=False)} (TTL {self.ttl_s:g} s, {self.kind})"
+            f"{self.held_text()} (TTL {self.ttl_s:g} s, {self.kind})"
         )
 
     def row(self) -> dict[str, Any]:
@@ -70,7 +83,7 @@ class CostCell:
             "TPOT cost on D, client (95% CI)": self.tpot_cost.interval("{:+,.2f}"),
             "ITL cost on D, server (95% CI)": self.itl_cost_server.interval("{:+,.2f}"),
             "D KV peak (95% CI)": self.kv_peak.interval("{:,.1f}", signed=False),
-            "held after the load (95% CI)": self.held_s.interval("{:,.1f}", signed=False),
+            "held after the load (95% CI)": self.held_text(),
             "pulls lost to the TTL": f"{self.lost_pulls:.0%}",
             "longest wait between turns s": round(self.longest_gap_s, 2),
             "never-pulled block-s per conversation": round(self.never_pulled_block_s, 1),
@@ -86,6 +99,7 @@ class CostCell:
             "itl_cost_server_ms": self.itl_cost_server.to_dict(),
             "kv_peak_pct": self.kv_peak.to_dict(),
             "held_s": self.held_s.to_dict(),
+            "released_points": list(self.released),
             "lost_pulls": self.lost_pulls,
             "longest_gap_s": self.longest_gap_s,
             "never_pulled_block_s_per_conversation": self.never_pulled_block_s,
@@ -146,7 +160,10 @@ def answer(ctx: Context) -> list[DecodeCostAnswer]:
     pts = data.points
     if not len(pts) or "bill_tail_s" not in pts:
         return []
-    measured = pts[(pts["status"] == "ok") & (pts["bill_tail_s"].fillna(-1) >= 0)]
+    # Every ok Point with a bill; how long D held its blocks only where it was seen idle
+    # again (release_s >= 0): a Point whose sampling stopped first says nothing of it.
+    sampled = pts["bill_blocks"].fillna(0) > 0 if "bill_blocks" in pts else pts["bill_tail_s"] >= 0
+    measured = pts[(pts["status"] == "ok") & sampled]
     cells = pc.cells(measured, ("pull", "recompute"))
     if not cells:
         return []
@@ -156,7 +173,8 @@ def answer(ctx: Context) -> list[DecodeCostAnswer]:
     itl = pc.point_difference(measured, "pull", "recompute", "bill_itl_ms_server")
     peak = measured.assign(bill_peak_pct=100 * measured["bill_usage_peak"].astype(float))
     peak = pc.point_level(peak, "pull", "bill_peak_pct")
-    held = pc.point_level(measured, "pull", "bill_release_s")
+    seen = measured["bill_release_s"].fillna(-1) >= 0
+    held = pc.point_level(measured[seen], "pull", "bill_release_s")
     gaps = _gaps(req)
     out = []
     for dep, kind in cells:
@@ -188,6 +206,7 @@ def answer(ctx: Context) -> list[DecodeCostAnswer]:
                 never_pulled_block_s=float(
                     (pull["bill_never_pulled_block_s"].astype(float) / conv).mean()
                 ),
+                released=(int(seen[pull.index].sum()), len(pull)),
             )
         )
     out.sort(key=lambda c: (c.ttl_s, c.kind))

@@ -112,6 +112,35 @@ def test_decode_cost_answers_saving_cost_kv_and_the_ttl_to_run():
     assert "[no interval]" in b.lines()[0] and "workload.repetitions" in b.lines()[0]
 
 
+def test_a_bill_says_when_d_was_not_seen_idle_again_after_some_points():
+    """Without flow.kv_tail sampling stops with the load: a Point that ended before D let
+    go of its blocks still counts for the KV D used, but says nothing of how long D held
+    them, and the answer tells from how many Points the hold time comes."""
+    rng = np.random.default_rng(2)
+    items = []
+    for rep in range(4):
+        for flow in ("pull", "recompute"):
+            pull = flow == "pull"
+            seen = rep < 3  # the last repetition's sampling stopped first
+            bill = {
+                "blocks": 256,
+                "ttl_s": 60,
+                "tail_s": 0.5 if seen else -1.0,
+                "release_s": 0.4 + rng.normal(0, 0.02) if seen else -1.0,
+                "usage_peak": (0.9 if rep == 3 else 0.3) if pull else 0.25,
+                "never_pulled_block_s": 10.0,
+            }
+            path = "pull" if pull else "recompute"
+            p = point(f"{flow}-r{rep}", "tiny-ttl60", flow, rep, 4, 4, bill=bill)
+            items.append((p, requests(flow, 4, 70.0 if pull else 100.0, 10.0, path, rng)))
+    (a,) = decode_cost.answer(Context.of(records_to_run_data(items)))
+    (cell,) = a.cells
+    assert cell.released == (3, 4)
+    assert 0.35 < cell.held_s.estimate < 0.45 and cell.held_s.repetitions == 3
+    assert cell.kv_peak.estimate == pytest.approx(45.0)  # every Point's peak, the 4th too
+    assert "D was seen idle again after 3 of 4 Points; flow.kv_tail=true" in a.lines()[0]
+
+
 def turn_rows(hit, pulled, computed):
     return [
         {
