@@ -51,6 +51,28 @@ def log_y(ax, values, ratio: float = 50) -> bool:
     return False
 
 
+def log_x(ax, values, ratio: float = 30) -> bool:
+    """Log x when the positive values span more than ``ratio`` (history lengths swept in
+    doublings); True when set."""
+    v = [x for x in values if x == x and x > 0]
+    if v and max(v) / min(v) > ratio:
+        ax.set_xscale("log")
+        return True
+    return False
+
+
+def symlog_y(ax, values, near: float, ratio: float = 20) -> bool:
+    """Symmetric log y, linear within +-``near``, when the values reach more than ``ratio``
+    times ``near``: a saving that is a few ms around the crossover and hundreds at the
+    longest history shows both. True when set."""
+    v = [abs(x) for x in values if x == x]
+    near = max(near, 1e-9)
+    if v and max(v) > ratio * near:
+        ax.set_yscale("symlog", linthresh=near)
+        return True
+    return False
+
+
 def crossover_span(ax, c, color="k", label: str | None = "crossover 95% CI") -> None:
     """A crossover's 95% interval as a shaded x span (an open bound: the measured range's
     end); nothing when neither is known."""

@@ -209,8 +209,13 @@ def saving(plt, answers: list[Any], ctx: Context):
         if c.shape is not Shape.NO_DATA and c.status is not Status.UNDETERMINED:
             plotkit.crossover_span(ax, c)
         ax.set_title(f"{a.label}\n{c.short()}", fontsize=8)
-        ax.set_xlabel("history length at the turn (tokens)")
-        ax.set_ylabel("TTFT recompute - pull (ms)")
+        logx = plotkit.log_x(ax, x)
+        # linear near 0 (where the sign changes), log beyond: both ends readable
+        shortest = np.abs(np.concatenate([low[:3], high[:3]]))
+        near = float(np.nanmax(shortest)) if np.isfinite(shortest).any() else 0.0
+        logy = plotkit.symlog_y(ax, [*est, *high, *low], max(near, 1.0))
+        ax.set_xlabel("history length at the turn (tokens" + (", log scale)" if logx else ")"))
+        ax.set_ylabel("TTFT recompute - pull (ms" + (", symlog)" if logy else ")"))
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7)
     fig.suptitle("Saving of pull over recompute (> 0: pull faster), with 95% intervals")

@@ -237,4 +237,11 @@ def test_the_shared_plot_helpers():
     assert not plotkit.log_y(ax, [1.0, 50.0, float("nan"), 0.0])  # 50x: not more than 50
     assert ax.get_yscale() == "linear"
     assert plotkit.log_y(ax, [1.0, 40.0], ratio=30) and ax.get_yscale() == "log"
+    # history lengths swept in doublings (36-4,132) on a log axis, a handful of them not
+    assert not plotkit.log_x(bx, [80.0, 160.0]) and bx.get_xscale() == "linear"
+    assert plotkit.log_x(bx, [36.0, 100.0, 4132.0]) and bx.get_xscale() == "log"
+    # a saving of -9 ms at the shortest history and +900 ms at the longest: symlog, linear
+    # within the shortest lengths' interval, so the sign change stays readable
+    assert not plotkit.symlog_y(bx, [-9.0, 12.0, 100.0], near=17.0)  # 100 < 20 x 17
+    assert plotkit.symlog_y(bx, [-9.0, 12.0, 900.0], near=17.0) and bx.get_yscale() == "symlog"
     plt.close(fig)
