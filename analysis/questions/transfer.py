@@ -36,10 +36,16 @@ class TransferAnswer:
         t = self.a.transfer_fit
         if t is None:
             return f"transfer fit: none: {NO_TRANSFER_SAMPLES}"
+        if np.isfinite(t.gb_s):
+            beta = f"{t.gb_s:,.3f} GB/s {_ci(t.gb_s_ci, 1, ',.3f')}"
+        else:  # no time per byte measured: the sizes all took the fixed cost alone
+            beta = (
+                f"bandwidth not resolved (transfer time does not grow with size here; "
+                f"at least {t.gb_s_ci[0]:,.3f} GB/s at 95%)"
+            )
         text = (
             f"transfer fit ({self.a.transfer_source}): alpha {t.alpha_s * 1e3:,.3f} ms "
-            f"{_ci(t.alpha_ci_s, 1e3, ',.3f')}, {t.gb_s:,.3f} GB/s {_ci(t.gb_s_ci, 1, ',.3f')}, "
-            f"R² {t.quality.r2:.3f}, {t.df} df"
+            f"{_ci(t.alpha_ci_s, 1e3, ',.3f')}, {beta}, R² {t.quality.r2:.3f}, {t.df} df"
         )
         if not t.predicts:
             text += f"; no prediction: {t.why_not()}"

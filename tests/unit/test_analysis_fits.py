@@ -78,3 +78,34 @@ def test_quality_numbers():
     assert q.n == 3 and q.residuals == [0.0, 0.0, -1.0]
     assert q.r2 == pytest.approx(1 - 1 / 2)
     assert q.rmse == pytest.approx(math.sqrt(1 / 3)) and q.max_abs_residual == 1.0
+
+
+def test_a_transfer_fit_without_a_time_per_byte_says_the_bandwidth_is_not_resolved():
+    """Pulls of a few MB that all take the fixed cost: no 'inf GB/s', but what is known
+    (alpha, and the bandwidth's lower bound at 95%)."""
+    from types import SimpleNamespace
+
+    from analysis.fits import FitQuality, TransferFit
+    from analysis.questions.transfer import TransferAnswer
+
+    quality = FitQuality(n=279, r2=0.0, rmse=1e-4, max_abs_residual=3e-4)
+
+    def text_of(beta_bytes_per_s: float, gb_s_ci: tuple[float, float]) -> str:
+        fit = TransferFit(
+            alpha_s=0.0039,
+            beta_bytes_per_s=beta_bytes_per_s,
+            quality=quality,
+            bytes_min=6.5e4,
+            bytes_max=8.5e6,
+            sizes=9,
+            df=277,
+            alpha_ci_s=(0.003, 0.0048),
+            gb_s_ci=gb_s_ci,
+        )
+        answer = TransferAnswer(SimpleNamespace(transfer_fit=fit, transfer_source="P<-D"))
+        return answer.transfer_text()
+
+    flat = text_of(math.inf, (6.79, math.inf))
+    assert "inf GB/s" not in flat and "alpha 3.900 ms [3.000, 4.800]" in flat
+    assert "bandwidth not resolved" in flat and "at least 6.790 GB/s at 95%" in flat
+    assert "5.670 GB/s [1.790, ∞]" in text_of(5.67e9, (1.79, math.inf))
