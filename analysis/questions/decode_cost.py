@@ -158,12 +158,12 @@ def _gaps(req: pd.DataFrame) -> pd.Series:
 def answer(ctx: Context) -> list[DecodeCostAnswer]:
     data = ctx.data
     pts = data.points
-    if not len(pts) or "bill_tail_s" not in pts:
+    if not len(pts) or "bill_blocks" not in pts:
         return []
-    # Every ok Point with a bill; how long D held its blocks only where it was seen idle
-    # again (release_s >= 0): a Point whose sampling stopped first says nothing of it.
-    sampled = pts["bill_blocks"].fillna(0) > 0 if "bill_blocks" in pts else pts["bill_tail_s"] >= 0
-    measured = pts[(pts["status"] == "ok") & sampled]
+    # Every ok Point with a bill (D's blocks known); how long D held its blocks only where it
+    # was seen idle again (release_s >= 0): a Point whose sampling stopped first says nothing
+    # of it.
+    measured = pts[(pts["status"] == "ok") & (pts["bill_blocks"].fillna(0) > 0)]
     cells = pc.cells(measured, ("pull", "recompute"))
     if not cells:
         return []

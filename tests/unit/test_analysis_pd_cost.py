@@ -78,6 +78,7 @@ def test_decode_cost_answers_saving_cost_kv_and_the_ttl_to_run():
                 for flow in ("pull", "recompute"):
                     pull = flow == "pull"
                     bill = {
+                        "blocks": 256,
                         "ttl_s": ttl,
                         "tail_s": ttl + 0.5,
                         "release_s": ttl + 0.2 + rng.normal(0, 0.05),
