@@ -40,9 +40,15 @@ def sample_row(t_s: float, scraped: dict[str, float]) -> list[float]:
     ]
 
 
-def settled(samples: list[list[float]], baseline: float, tolerance: float = 1e-6) -> bool:
-    """Usage back at (or under) its level before the Point, nothing running."""
-    return bool(samples) and samples[-1][1] <= baseline + tolerance and samples[-1][2] == 0
+def settled(
+    samples: list[list[float]], baseline: float, since_s: float = 0.0, tolerance: float = 1e-6
+) -> bool:
+    """The newest sample, taken at ``since_s`` or later, has usage back at (or under) its
+    level before the Point and nothing running."""
+    if not samples:
+        return False
+    t_s, usage, running, *_ = samples[-1]
+    return t_s >= since_s and usage <= baseline + tolerance and running == 0
 
 
 class KvSampler:
@@ -52,7 +58,10 @@ class KvSampler:
     waits (at most ``tail_s``) for the ``watch`` instances to hold nothing (blocks kept from
     the warm-up or an earlier Point run out), and ``stop`` samples on after the load until
     they are back at their starting usage with nothing running, or ``tail_s`` has passed:
-    the TTL's tail. ``timeline`` and ``blocks`` hold what was seen.
+    the TTL's tail. Only samples taken a period after the load's end count there: one
+    taken during the load may predate the blocks it left held (a CI run's sampler saw 0
+    at 0.5 s, stopped at 1.0 s, and D still held 10 blocks). ``timeline`` and ``blocks``
+    hold what was seen.
     """
 
     def __init__(
@@ -89,19 +98,21 @@ class KvSampler:
         self.load_end_s = time.perf_counter() - self._t0
         if self.tail_s > 0:
             baselines = {n: self.timeline[n][0][1] for n in self.watch if self.timeline[n]}
-            await self._until_settled(baselines, self.tail_s)
+            await self._until_settled(baselines, self.tail_s, self.load_end_s + self.period_s)
         if self._task is not None:
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)
         await self._sample()
         return self.timeline
 
-    async def _until_settled(self, baselines: dict[str, float], wait_s: float) -> None:
+    async def _until_settled(
+        self, baselines: dict[str, float], wait_s: float, since_s: float = 0.0
+    ) -> None:
         deadline = time.perf_counter() + wait_s
         while time.perf_counter() < deadline:
             if self._task is None:  # not started: sample here
                 await self._sample()
-            if all(settled(self.timeline[n], b) for n, b in baselines.items()):
+            if all(settled(self.timeline[n], b, since_s) for n, b in baselines.items()):
                 return
             await asyncio.sleep(self.period_s)
 

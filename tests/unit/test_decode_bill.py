@@ -120,10 +120,9 @@ class ScriptedMetrics:
         return web.Response(text=text)
 
 
-def test_the_sampler_settles_before_and_samples_the_tail_after_the_load():
-    # the first scrape reads blocks; 0.3 left from earlier (settles to 0), then the load
-    # raises it to 0.5, and the TTL brings it back to 0 after the load
-    script = ScriptedMetrics([0.0, 0.3, 0.3, 0.0, 0.0, 0.5, 0.5, 0.5, 0.5, 0.0])
+def sample_a_scripted_load(script: ScriptedMetrics, load_scrapes: int) -> kv_sampler.KvSampler:
+    """Sample ``script`` every 10 ms (a 30 s tail) while "the load" runs: until it has
+    been scraped ``load_scrapes`` times."""
 
     async def go():
         app = web.Application()
@@ -137,16 +136,33 @@ def test_the_sampler_settles_before_and_samples_the_tail_after_the_load():
             async with aiohttp.ClientSession() as session:
                 urls = {"decode0": f"http://127.0.0.1:{port}"}
                 kv = await kv_sampler.start(session, urls, 0.01, ["decode0"], tail_s=30.0)
-                while script.scrapes < 7:  # "the load"
+                while script.scrapes < load_scrapes:
                     await asyncio.sleep(0.01)
                 await kv.stop()
                 return kv
         finally:
             await runner.cleanup()
 
-    kv = asyncio.run(go())
+    return asyncio.run(go())
+
+
+def test_the_sampler_settles_before_and_samples_the_tail_after_the_load():
+    # the first scrape reads blocks; 0.3 left from earlier (settles to 0), then the load
+    # raises it to 0.5, and the TTL brings it back to 0 after the load
+    script = ScriptedMetrics([0.0, 0.3, 0.3, 0.0, 0.0, 0.5, 0.5, 0.5, 0.5, 0.0])
+    kv = sample_a_scripted_load(script, load_scrapes=7)
     usages = [s[1] for s in kv.timeline["decode0"]]
     assert kv.blocks == {"decode0": 257}
     assert usages[0] == 0.0  # settled before the Point: nothing left from earlier
     assert 0.5 in usages and usages[-1] == 0.0  # the tail was sampled down to the baseline
     assert 0.3 not in usages  # what was held before the Point is not in its timeline
+
+
+def test_the_tail_waits_for_a_sample_taken_after_the_load():
+    # a short load: every sample during it read 0 (D's blocks not yet shown), the blocks it
+    # left held show after it ended; a CI run stopped at that stale 0 and missed the tail
+    script = ScriptedMetrics([0.0, 0.0, 0.0, 0.0, 0.04, 0.04, 0.04, 0.04, 0.04, 0.0])
+    kv = sample_a_scripted_load(script, load_scrapes=4)
+    usages = [s[1] for s in kv.timeline["decode0"]]
+    assert 0.04 in usages and usages[-1] == 0.0
+    assert decode_bill.tail_seconds(kv.timeline["decode0"], kv.load_end_s) > 0
