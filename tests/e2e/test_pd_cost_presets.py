@@ -35,7 +35,7 @@ def test_decode_cost_records_what_d_held_and_for_how_long(tmp_path):
     for flow in ("pull", "recompute"):
         bill = points[flow]["decode_bill"]
         samples = points[flow]["kv_timeline"]["decode0"]
-        assert bill["blocks"] == 256 and bill["ttl_s"] == 10
+        assert bill["blocks"] == 1024 and bill["ttl_s"] == 10
         assert samples[0][1] == 0.0 and bill["usage_peak"] > 0  # settled, then held
         assert samples[-1][1] == 0.0 and 0 < bill["tail_s"] <= 10 + KV_TAIL_MARGIN_S
         assert bill["block_s"] >= bill["tail_block_s"] > 0
