@@ -226,8 +226,8 @@ def recommend(cells: list[CostCell]) -> DecodeCostAnswer:
     why = f"the shortest that lost no pull; the longest wait between turns was {gap:,.1f} s"
     shorter = [t for t in ttls if t < best]
     if shorter:
-        lost = max(c.lost_pulls for c in cells if c.ttl_s == shorter[-1])
-        why += f"; TTL {shorter[-1]:g} s lost {lost:.0%} of the pulls"
+        lost = ", ".join(f"{c.lost_pulls:.0%} at {c.kind}" for c in cells if c.ttl_s == shorter[-1])
+        why += f"; TTL {shorter[-1]:g} s lost pulls: {lost}"
     longer = [c for c in cells if c.ttl_s > best]
     if longer:
         base = {c.kind: c.never_pulled_block_s for c in cells if c.ttl_s == best}
