@@ -78,7 +78,9 @@ def wait_until_d_decodes(timeout_s: float = 120) -> None:
 
 def d_answers_alone() -> list[int]:
     """A plain completion on D (no KV params): D keeps serving with P gone."""
-    body = {"model": "tiny_llama", "prompt": [1, 2, 3, 4, 5], "max_tokens": 4, "temperature": 0}
+    with urllib.request.urlopen(f"http://127.0.0.1:{D_PORT}/v1/models", timeout=10) as resp:
+        model = json.loads(resp.read())["data"][0]["id"]  # the preset's model
+    body = {"model": model, "prompt": [1, 2, 3, 4, 5], "max_tokens": 4, "temperature": 0}
     req = urllib.request.Request(
         f"http://127.0.0.1:{D_PORT}/v1/completions",
         data=json.dumps(body).encode(),
