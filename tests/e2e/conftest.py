@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -44,6 +45,40 @@ def server_pids(run_dir: Path | None = None) -> list[int]:
                 continue
         pids.append(proc.info["pid"])
     return pids
+
+
+def kill_processes_under(root: Path) -> list[int]:
+    """SIGKILL the process groups of every process started for a run under ``root`` (its
+    path in the command line, or in ``PDBENCH_RUN_DIR``): jobs, servers, routers. Never
+    this process's own group. Returns the pids found."""
+    import psutil
+
+    own, prefix, found = os.getpgrp(), f"{root}{os.sep}", []
+    for proc in psutil.process_iter(["pid", "cmdline"]):
+        try:
+            cmd = " ".join(proc.info.get("cmdline") or [])
+            if prefix not in cmd and not proc.environ().get("PDBENCH_RUN_DIR", "").startswith(
+                prefix
+            ):
+                continue
+            found.append(proc.info["pid"])
+            pgid = os.getpgid(proc.info["pid"])
+            if pgid != own:
+                os.killpg(pgid, signal.SIGKILL)
+            else:
+                proc.kill()
+        except (psutil.NoSuchProcess, psutil.AccessDenied, ProcessLookupError):
+            continue
+    return found
+
+
+@pytest.fixture(autouse=True)
+def _leave_no_processes(tmp_path: Path):
+    """After each test, kill what its runs left running: a test that fails mid-run (its
+    driver killed, its local job orphaned) must not hold ports 8100/8101 for the tests
+    after it, as a leaked D once failed five of them."""
+    yield
+    kill_processes_under(tmp_path)
 
 
 def load_points(run_dir: Path, repetition: int = 0) -> dict[str, dict]:
