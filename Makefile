@@ -29,7 +29,7 @@ $(GPU_STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q -e ".[gpu,dev]"
-	$(BIN)/python -m pdbench.vllm_install
+	$(BIN)/python -m pdbench.spec.vllm_install
 	$(BIN)/python -c "import vllm, nixl, hydra, submitit"
 	touch $(GPU_STAMP)
 

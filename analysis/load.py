@@ -1,6 +1,6 @@
 """Read run directories into pandas dataframes.
 
-What is read (``pdbench.results`` defines the first three)::
+What is read (``pdbench.results.store`` defines the first three)::
 
     <run>/manifest.json              provenance, composed config
     <run>/points/<id>.json           PointResult -> ``points`` (one row) + ``turns`` (by_turn)
@@ -13,7 +13,7 @@ A point or request file that is not valid JSON (truncated by a crash, edited by 
 *corrupt* record: named by file in ``RunData.corrupt``, never counted ok;
 ``python -m analysis`` exits non-zero on any unless told ``--skip-corrupt``.
 
-Record fields read beyond ``pdbench.results``' dataclasses (absent in older runs, then the
+Record fields read beyond ``pdbench.results.store``' dataclasses (absent in older runs, then the
 default): a Point's ``repetition`` (0) and ``order_index`` (-1, its place in its
 Deployment's measured run order); a request's ``ttft_split`` (dict of ms parts) and
 ``split_source``, ``tpot_ms``, ``chunk_tokens``.
@@ -35,8 +35,8 @@ from typing import Any
 
 import pandas as pd
 
-from pdbench.results import TTFT_SPLIT_PARTS as SPLIT_PARTS
-from pdbench.results import RunStore
+from pdbench.results.store import TTFT_SPLIT_PARTS as SPLIT_PARTS
+from pdbench.results.store import RunStore
 
 # canonical column -> accepted names, first match wins (connector/transfer_trace.py writes
 # the first name of each). Times in seconds unless the name says ``_ms``/``_us``

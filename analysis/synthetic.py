@@ -40,7 +40,7 @@ from typing import Any
 import numpy as np
 
 from analysis.model_cost import ModelShape, shape
-from pdbench.results import (
+from pdbench.results.store import (
     LatencyStats,
     PointResult,
     RequestRecord,

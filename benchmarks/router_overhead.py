@@ -4,7 +4,7 @@ One real vLLM-CPU server (the tiny generated Llama) and one pdbench router in ``
 front of it, each its own process. The same requests (same prompt, same length, each with its
 own ``cache_salt`` so none hits the prefix cache) go alternately straight to vLLM and through
 the router, one at a time, in ABBA order (drift and warm-up cancel), with pdbench's own
-client (``pdbench.workload.stream_one``). The added latency is reported two ways:
+client (``jobs.workload.stream_one``). The added latency is reported two ways:
 
 - ``added_ms``: percentile of the routed requests minus the same percentile of the direct
   ones (the headline; vLLM's own jitter cancels in expectation);
@@ -40,9 +40,9 @@ from benchmarks.timing_fidelity import (
     tiny_model_path,
 )
 from benchmarks.token_source import sched_delta, sched_ms
-from pdbench.config import FlowConfig, WorkloadConfig
-from pdbench.launch_spec import router_settings
-from pdbench.workload import run_client
+from jobs.workload import run_client
+from pdbench.config.schema import FlowConfig, WorkloadConfig
+from pdbench.spec.launch import router_settings
 
 VLLM_ENV = {"VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_CPU_OMP_THREADS_BIND": "0"}
 TARGET_P50_MS, TARGET_P99_MS = 1.0, 3.0
@@ -117,7 +117,7 @@ async def measure(
 ) -> dict[str, list]:
     import aiohttp
 
-    from pdbench.workload import RequestOptions, stream_one
+    from jobs.workload import RequestOptions, stream_one
 
     timeout = aiohttp.ClientTimeout(total=120)
     out: dict[str, list] = {"direct": [], "router": []}
@@ -175,7 +175,7 @@ def report(records: dict[str, list], greedy: bool) -> dict[str, Any]:
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
-    from pdbench.server import ServerProcess
+    from jobs.serving.server import ServerProcess
 
     up_port, router_port = free_port(), free_port()
     up_url, router_url = f"http://127.0.0.1:{up_port}", f"http://127.0.0.1:{router_port}"
@@ -202,7 +202,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         work = Path(tmp)
         cfg = work / "router.json"
         cfg.write_text(json.dumps(router_config(up_url, router_port)))
-        router_cmd = [sys.executable, "-m", "pdbench.router", "--config", str(cfg)]
+        router_cmd = [sys.executable, "-m", "jobs.serving.router", "--config", str(cfg)]
         py = {"PYTHONPATH": str(Path(__file__).resolve().parents[1])}
         upstream = ServerProcess(
             args.upstream, up_cmd, {**up_env, **py}, work / "upstream.log", f"{up_url}/health"

@@ -11,8 +11,8 @@ own statistics (``reported``: ITL over chunk gaps, TPOT over requests, E2E, as e
 them) are saved beside the source's (``truth``), so the definitions are compared in one run.
 Clients:
 
-- ``pdbench``: ``pdbench.workload.LoadGenerator`` in this process (as the deployment job runs
-  it: ``pdbench.workload.run_client``, uvloop when installed);
+- ``pdbench``: ``jobs.workload.LoadGenerator`` in this process (as the deployment job runs
+  it: ``jobs.workload.run_client``, uvloop when installed);
 - ``vllm_bench_serve``: vLLM's ``vllm bench serve`` (``vllm.benchmarks.serve``) in a
   subprocess, backend ``openai``, random dataset, matched to the truth by the serial number
   the source writes into each token's text.
@@ -52,7 +52,7 @@ from benchmarks.token_source import (
     sched_ms,
     serial_from_text,
 )
-from pdbench.workload import run_client
+from jobs.workload import run_client
 
 REPO = Path(__file__).resolve().parents[1]
 RESULTS_DIR = REPO / "benchmarks" / "results"
@@ -209,8 +209,8 @@ def truth_definitions(truths: list[dict[str, Any]]) -> dict[str, Any]:
 
 # ---- clients ----
 async def pdbench_records(url: str, streams: int, requests: int, tokens: int, prompts: int, salt):
-    from pdbench.config import WorkloadConfig
-    from pdbench.workload import LoadGenerator, RequestOptions, build_conversations
+    from jobs.workload import LoadGenerator, RequestOptions, build_conversations
+    from pdbench.config.schema import WorkloadConfig
 
     workload = WorkloadConfig(conversations=requests, turns=1, user_tokens=prompts, output_tokens=0)
     specs = build_conversations(workload, 0, vocab_size=512)
@@ -275,8 +275,8 @@ def tiny_model_path() -> Path:
     feeds vllm bench's random dataset)."""
     from omegaconf import OmegaConf
 
-    from pdbench.config import ModelConfig
-    from pdbench.tiny_model import ensure_tiny_model
+    from pdbench.config.schema import ModelConfig
+    from pdbench.driver.tiny_model import ensure_tiny_model
 
     raw = OmegaConf.to_container(OmegaConf.load(REPO / "conf/model/tiny_llama.yaml"))
     raw.pop("defaults", None)
@@ -395,7 +395,7 @@ def measure_vllm_bench(
 
 # ---- the run ----
 def run(args: argparse.Namespace) -> dict[str, Any]:
-    from pdbench.server import ServerProcess
+    from jobs.serving.server import ServerProcess
 
     port = free_port()
     url = f"http://127.0.0.1:{port}"

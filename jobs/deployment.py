@@ -32,25 +32,22 @@ import submitit
 
 from connector.shared_files import poll_until
 from connector.ucx_proto import tcp_fallback, transports_in_log
-from jobs.preflight import (
+from jobs.measure import attribution, decode_bill, kv_sampler, metrics, ttft_split
+from jobs.preflight.job import (
     PreflightFailed,
     node_preflight,
     read_reports,
     record_findings,
     reports_dir,
 )
-from pdbench import attribution, decode_bill, kv_sampler, metrics, ttft_split
-from pdbench.config import Flow, TrackingConfig, WorkloadConfig
-from pdbench.launch_spec import (
-    LOOPBACK,
-    DeploymentSpec,
-    InstanceSpec,
-    RouterSpec,
-    map_devices,
-    resolve,
-)
-from pdbench.plan import Deployment, Point
-from pdbench.results import (
+from jobs.serving.server import ServerProcess, ServerStartError, log_tail, wait_all_ready
+from jobs.serving.server_log import LogWindow, expired_unread_leases, failed_loads, recomputed_loads
+from jobs.slurm_env import TaskEnvironment
+from jobs.tracking import make_tracker
+from jobs.workload import LoadGenerator, RequestOptions, build_conversations, run_client
+from pdbench.config.schema import Flow, TrackingConfig, WorkloadConfig
+from pdbench.plan.deployments import Deployment, Point
+from pdbench.results.store import (
     PointResult,
     PointStatus,
     RequestRecord,
@@ -58,13 +55,16 @@ from pdbench.results import (
     write_json_atomic,
     write_lines_atomic,
 )
-from pdbench.serve_command import served_model_name
-from pdbench.server import ServerProcess, ServerStartError, log_tail, wait_all_ready
-from pdbench.server_log import LogWindow, expired_unread_leases, failed_loads, recomputed_loads
-from pdbench.slurm_env import TaskEnvironment
-from pdbench.tracking import make_tracker
-from pdbench.ucx_transports import expand, unexpected_path
-from pdbench.workload import LoadGenerator, RequestOptions, build_conversations, run_client
+from pdbench.spec.launch import (
+    LOOPBACK,
+    DeploymentSpec,
+    InstanceSpec,
+    RouterSpec,
+    map_devices,
+    resolve,
+)
+from pdbench.spec.serve_command import served_model_name
+from pdbench.spec.ucx import expand, unexpected_path
 
 KV_TAIL_MARGIN_S = 5.0  # flow.kv_tail samples D at most its TTL plus this after the load
 RENDEZVOUS_TIMEOUT_S = 600.0  # how long task 0 waits for every node's servers
@@ -169,7 +169,7 @@ class DeploymentJob:
 
     def _preflight(self, store: RunStore, rank: int, rdv: Path) -> None:
         """The job's first step on every node: check what the plan assumes before any
-        server starts (``jobs.preflight``). Task 0 keeps every node's findings."""
+        server starts (``jobs.preflight.job``). Task 0 keeps every node's findings."""
         try:
             reports = node_preflight(self.spec, rank, rdv)
         except PreflightFailed as exc:
@@ -457,7 +457,7 @@ class DeploymentJob:
         return result, records
 
     def _split_ttft(self, records: list[RequestRecord], per_turn, waves) -> None:
-        """Each request's TTFT in parts (pdbench/ttft_split.py), per turn their means."""
+        """Each request's TTFT in parts (jobs/measure/ttft_split.py), per turn their means."""
         servers = ttft_split.read_server_timing(
             self._ran.timing_dir, ttft_split.wanted_ids(records)
         )

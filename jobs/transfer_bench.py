@@ -1,7 +1,7 @@
 """The KV-shaped NIXL transfer bench: the job its two tasks run, and its sweep (pure).
 
 ``python -m pdbench +experiment=transfer_bench [model=llama3_8b] [cluster=slurm]`` goes
-through ``pdbench.launch.run_transfer_bench``: validated and submitted like every launch, one
+through ``pdbench.driver.launch.run_transfer_bench``: validated and submitted like every launch, one
 2-node job (locally: 2 tasks on this machine). Task 0 owns the KV buffer (P), task 1 reads it
 (D); ``connector.bench`` does the measuring and each record lands in
 ``<run_dir>/transfer_bench/<record_id>.json`` (schema: ``connector.bench_record``). Logs, UCX
@@ -20,8 +20,8 @@ import submitit
 from connector.bench import run_bench_task
 from connector.bench_plan import BenchSpec, plan_bench
 from connector.layout import KVShape, dtype_nbytes
-from pdbench.config import RunConfig
-from pdbench.results import write_json_atomic
+from pdbench.config.schema import RunConfig
+from pdbench.results.store import write_json_atomic
 
 JOB_NAME = "pdbench-transfer-bench"
 RECORDS_DIR = "transfer_bench"

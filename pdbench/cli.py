@@ -1,8 +1,8 @@
 """The command line: arguments checked, every job composed and validated, then dispatched.
 
 ``precheck`` runs before Hydra starts anything: it refuses unknown keys and presets
-(``pdbench.overrides``), composes every job of the command line (each of a ``-m`` sweep)
-as Hydra will, types it and runs ``pdbench.validate`` on it. Whatever is wrong comes back
+(``pdbench.config.overrides``), composes every job of the command line (each of a ``-m`` sweep)
+as Hydra will, types it and runs ``pdbench.validate.rules`` on it. Whatever is wrong comes back
 as one ``UsageError`` that ``__main__`` prints alone and exits 2 with; a typo never gets
 as far as a launch. ``dispatch`` then runs one typed job's ``command``.
 """
@@ -21,17 +21,17 @@ from pathlib import Path
 from omegaconf import OmegaConf, open_dict
 from omegaconf.errors import OmegaConfBaseException
 
-from pdbench.conf_tree import CONF_DIR, ROOT_CONFIG
-from pdbench.config import Command, RunConfig, register_configs
-from pdbench.launch import launch, run_transfer_bench
-from pdbench.manifest import LaunchOrigin
-from pdbench.overrides import OverrideError, check_overrides, combinations, schema
-from pdbench.preflight_launch import run_preflight_alone
-from pdbench.report_table import print_run_table
-from pdbench.results import RunStore
-from pdbench.status import print_status
-from pdbench.sweep import Sweep
-from pdbench.validate import ConfigError, validate
+from pdbench.config.overrides import OverrideError, check_overrides, combinations, schema
+from pdbench.config.schema import Command, RunConfig, register_configs
+from pdbench.config.tree import CONF_DIR, ROOT_CONFIG
+from pdbench.driver.launch import launch, run_transfer_bench
+from pdbench.driver.preflight import run_preflight_alone
+from pdbench.driver.report_table import print_run_table
+from pdbench.driver.status import print_status
+from pdbench.driver.sweep import Sweep
+from pdbench.results.manifest import LaunchOrigin
+from pdbench.results.store import RunStore
+from pdbench.validate.rules import ConfigError, validate
 
 RUN_ALIASES = ("run.dir=", "run.name=")  # older spellings of dir= and name=
 CHECK_VERB = "check"  # validate the command line's jobs, start nothing
@@ -286,7 +286,7 @@ def dispatch(
 ) -> None:
     """Run ``cfg.command``; ``origin``: the command line (every job of a sweep shares it). In
     a sweep, a SLURM run is only submitted (the sweep follows every job together at its end:
-    ``pdbench.sweep``)."""
+    ``pdbench.driver.sweep``)."""
     cfg.dir = str(Path(cfg.dir).expanduser().resolve())  # jobs may start elsewhere
     origin = origin or LaunchOrigin.of(sys.argv[1:])
     if sweep is not None and sweep.takes(cfg):

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import textwrap
 
-from pdbench.conf_tree import CONF_DIR, default_choices, groups, summary
+from pdbench.config.tree import CONF_DIR, default_choices, groups, summary
 
 COMMANDS = (
     ("run", "compose, validate, launch and follow the benchmark (the default)"),

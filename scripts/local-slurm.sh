@@ -10,7 +10,7 @@
 # node with its own loopback address in /etc/hosts (node1 -> 127.0.10.1, node2 -> 127.0.10.2)
 # and its own slurmd port, so a task finds its node's address by name like on a real cluster.
 # No accounting (no slurmdbd): `sacct` does not work here; pdbench reads job state from
-# squeue/scontrol instead (pdbench/executors.py). Finished jobs are also logged by
+# squeue/scontrol instead (pdbench/driver/executors.py). Finished jobs are also logged by
 # jobcomp/filetxt to $PDBENCH_SLURM_DIR/jobcomp.log.
 #
 # Settings (environment):

@@ -35,7 +35,7 @@ def server_pids(run_dir: Path | None = None) -> list[int]:
     pids = []
     for proc in psutil.process_iter(["pid", "cmdline"]):
         cmd = " ".join(proc.info.get("cmdline") or [])
-        if SERVER_MODULE not in cmd and "pdbench.router" not in cmd:
+        if SERVER_MODULE not in cmd and "jobs.serving.router" not in cmd:
             continue
         if run_dir is not None:
             try:

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from benchmarks.timing_fidelity import free_port, http_json, pdbench_records
-from pdbench.server import ServerProcess
+from jobs.serving.server import ServerProcess
 
 pytestmark = pytest.mark.e2e
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from pdbench.launch_spec import (
+from pdbench.spec.launch import (
     DeploymentSpec,
     describe_deployment,
     node_address_placeholder,

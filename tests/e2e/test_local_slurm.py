@@ -20,9 +20,9 @@ from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
 from omegaconf import OmegaConf
 
-from pdbench.config import ClusterConfig, ExecutorKind, register_configs
-from pdbench.executors import SlurmJob, make_executor
-from pdbench.sbatch import sbatch_script
+from pdbench.config.schema import ClusterConfig, ExecutorKind, register_configs
+from pdbench.driver.executors import SlurmJob, make_executor
+from pdbench.spec.sbatch import sbatch_script
 
 REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "scripts" / "local-slurm.sh"
@@ -97,7 +97,7 @@ def test_two_node_job_runs_one_task_per_node(local_slurm: str, tmp_path: Path) -
     def probe() -> tuple[int, str, str]:
         import os
 
-        from pdbench.slurm_env import TaskEnvironment
+        from jobs.slurm_env import TaskEnvironment
 
         task = TaskEnvironment.from_environ()
         return task.global_rank, os.environ.get("SLURMD_NODENAME", ""), task.address
@@ -160,7 +160,7 @@ def test_local_executor_runs_two_ranked_tasks(tmp_path: Path) -> None:
     cluster = ClusterConfig(executor=ExecutorKind.local, time_limit_min=5)
 
     def probe() -> tuple[int, int, str, str]:
-        from pdbench.slurm_env import TaskEnvironment
+        from jobs.slurm_env import TaskEnvironment
 
         task = TaskEnvironment.from_environ()
         return task.global_rank, task.num_tasks, task.executor, task.address

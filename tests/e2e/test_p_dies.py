@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from pdbench import metrics
+from jobs.measure import metrics
 from tests.e2e.conftest import load_points, server_pids
 from tests.e2e.test_faults import server_on_port, start_pdbench
 

@@ -22,10 +22,10 @@ from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
 from omegaconf import OmegaConf
 
-from pdbench import provenance
-from pdbench.config import register_configs
-from pdbench.launch import model_path_for
-from pdbench.preflight import NodeExpectation, PreflightSpec, run_preflight, spec_from_config
+from jobs.preflight import NodeExpectation, PreflightSpec, run_preflight, spec_from_config
+from pdbench.config.schema import register_configs
+from pdbench.driver import provenance
+from pdbench.driver.launch import model_path_for
 from tests.e2e.conftest import load_points, run_pdbench, server_pids
 from tests.e2e.test_local_slurm import local_slurm  # noqa: F401  (session fixture)
 
@@ -74,7 +74,7 @@ def srun_preflight(spec: dict, tmp_path: Path, rendezvous: str, timeout_s: float
     spec_file = tmp_path / "spec.json"
     spec_file.write_text(json.dumps(spec))
     command = (
-        f"{sys.executable} -m pdbench.preflight --spec {spec_file} "
+        f"{sys.executable} -m jobs.preflight --spec {spec_file} "
         f"--rendezvous {rendezvous} --peer-timeout-s {timeout_s}"
     )
     env = {**os.environ, "PYTHONPATH": str(REPO), "PDBENCH_LOOPBACK_NODES": "1"}

@@ -9,7 +9,7 @@ import time
 import pytest
 import submitit
 
-from pdbench.progress import follow_all
+from pdbench.driver.progress import follow_all
 
 pytestmark = pytest.mark.e2e
 

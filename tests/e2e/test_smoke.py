@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from pdbench.results import TTFT_SPLIT_PARTS
+from pdbench.results.store import TTFT_SPLIT_PARTS
 from tests.e2e.conftest import (
     all_points,
     load_points,

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from pdbench.config import TrackingBackend, TrackingConfig
-from pdbench.results import LatencyStats, PointResult, Summary, TransferTotals, TurnRow
-from pdbench.tracking import Tracker, make_tracker
+from jobs.tracking import Tracker, make_tracker
+from pdbench.config.schema import TrackingBackend, TrackingConfig
+from pdbench.results.store import LatencyStats, PointResult, Summary, TransferTotals, TurnRow
 
 pytestmark = pytest.mark.e2e
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from pdbench.preflight import NodeExpectation, PreflightSpec, run_preflight
+from jobs.preflight import NodeExpectation, PreflightSpec, run_preflight
 
 pytestmark = pytest.mark.gpu
 

@@ -6,8 +6,8 @@ import pytest
 
 from connector.bench_config import MemoryKind
 from jobs.transfer_bench import bench_spec, kv_shape, load_records
-from pdbench.config import ModelConfig, RunConfig
-from pdbench.launch import run_transfer_bench
+from pdbench.config.schema import ModelConfig, RunConfig
+from pdbench.driver.launch import run_transfer_bench
 
 pytestmark = pytest.mark.gpu
 

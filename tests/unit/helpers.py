@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from pdbench.config import (
+from pdbench.config.schema import (
     ClusterConfig,
     ExecutorKind,
     ModelConfig,

@@ -1,4 +1,4 @@
-"""Report generation from synthetic run dirs written with pdbench.results.RunStore."""
+"""Report generation from synthetic run dirs written with pdbench.results.store.RunStore."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import pytest
 from analysis.__main__ import CORRUPT, main
 from analysis.pipeline import run_analysis
 from analysis.synthetic import SyntheticDeployment, write_synthetic_run
-from pdbench.results import PointResult, RunStore
+from pdbench.results.store import PointResult, RunStore
 
 pytestmark = pytest.mark.unit
 

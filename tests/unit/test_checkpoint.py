@@ -12,9 +12,9 @@ from submitit.core.job_environment import _checkpoint
 from submitit.helpers import DelayedSubmission
 
 from jobs.deployment import DeploymentJob, JobInterrupted
-from pdbench.launch_spec import build_launch
-from pdbench.plan import make_plan, to_jsonable
-from pdbench.server import ServerProcess
+from jobs.serving.server import ServerProcess
+from pdbench.plan.deployments import make_plan, to_jsonable
+from pdbench.spec.launch import build_launch
 from tests.unit.helpers import cpu_run
 
 pytestmark = pytest.mark.unit

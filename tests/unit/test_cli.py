@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from pdbench.cli import UsageError, leaves_nothing, parse_argv, precheck
-from pdbench.config import Command
+from pdbench.config.schema import Command
 from pdbench.help import COMMANDS
 
 pytestmark = pytest.mark.unit

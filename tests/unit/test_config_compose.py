@@ -15,7 +15,7 @@ from hydra.errors import ConfigCompositionException
 from omegaconf import OmegaConf, open_dict
 from omegaconf.errors import ConfigKeyError, ValidationError
 
-from pdbench.config import (
+from pdbench.config.schema import (
     GROUP_SCHEMAS,
     ExecutorKind,
     Flow,
@@ -24,7 +24,7 @@ from pdbench.config import (
     TrackingBackend,
     register_configs,
 )
-from pdbench.validate import validate
+from pdbench.validate.rules import validate
 
 pytestmark = pytest.mark.unit
 

@@ -8,8 +8,8 @@ import aiohttp
 import pytest
 from aiohttp import web
 
-from pdbench import decode_bill, kv_sampler, metrics
-from pdbench.results import RequestRecord
+from jobs.measure import decode_bill, kv_sampler, metrics
+from pdbench.results.store import RequestRecord
 
 pytestmark = pytest.mark.unit
 

@@ -1,5 +1,5 @@
 """What `launch.dry_run=true` prints for GPU-cluster deployments, pinned by golden files:
-the launch spec (pdbench/launch_spec.py) of every Deployment (each server's and the router's
+the launch spec (pdbench/spec/launch.py) of every Deployment (each server's and the router's
 command line, environment and log per node), the points and the sbatch script as submitted.
 
 After an intended change, regenerate and review the diff:
@@ -16,12 +16,12 @@ from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
 from omegaconf import OmegaConf
 
-from pdbench.config import RunConfig, register_configs
-from pdbench.launch import model_path_for
-from pdbench.launch_spec import build_launch, describe
-from pdbench.plan import make_plan
-from pdbench.validate import validate
-from pdbench.vllm_install import VllmInstall
+from pdbench.config.schema import RunConfig, register_configs
+from pdbench.driver.launch import model_path_for
+from pdbench.plan.deployments import make_plan
+from pdbench.spec.launch import build_launch, describe
+from pdbench.spec.vllm_install import VllmInstall
+from pdbench.validate.rules import validate
 from tests.unit.test_sbatch_golden import CONF_DIR, check_golden
 
 pytestmark = pytest.mark.unit

@@ -9,16 +9,17 @@ from unittest import mock
 import pytest
 import submitit
 
-from pdbench import executors, sbatch
-from pdbench.config import ClusterConfig, ExecutorKind
-from pdbench.executors import (
+from pdbench.config.schema import ClusterConfig, ExecutorKind
+from pdbench.driver import executors
+from pdbench.driver.executors import (
     PURGED,
     SlurmExecutor,
     SlurmJob,
     SlurmStateWatcher,
     make_executor,
 )
-from pdbench.sbatch import env_exports, executor_parameters
+from pdbench.spec import sbatch
+from pdbench.spec.sbatch import env_exports, executor_parameters
 
 pytestmark = pytest.mark.unit
 

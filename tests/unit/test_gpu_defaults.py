@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from pdbench.config import by_device
-from pdbench.plan import make_plan
-from pdbench.serve_command import kv_transfer_config, serve_command
+from pdbench.config.schema import by_device
+from pdbench.plan.deployments import make_plan
+from pdbench.spec.serve_command import kv_transfer_config, serve_command
 from tests.unit.test_dry_run_golden import LLAMA_8B, compose_run
 
 pytestmark = pytest.mark.unit

@@ -1,5 +1,5 @@
 """Resume identity: ids cover what changes a measurement, not the knobs one raises after a
-crash (pdbench/identity.py's table), and every setting is classified."""
+crash (pdbench/plan/identity.py's table), and every setting is classified."""
 
 from __future__ import annotations
 
@@ -11,17 +11,17 @@ from typing import Any
 import pytest
 
 from analysis.load import deployment_label, load_runs
-from pdbench.config import Flow, RunConfig
-from pdbench.identity import (
+from pdbench.config.schema import Flow, RunConfig
+from pdbench.driver.launch import pending_deployments
+from pdbench.plan.deployments import Plan, make_plan, to_jsonable
+from pdbench.plan.identity import (
     MEASURED_SECTIONS,
     OPERATIONAL,
     SWEEP_AXES,
     differences,
     measured_config,
 )
-from pdbench.launch import pending_deployments
-from pdbench.plan import Plan, make_plan, to_jsonable
-from pdbench.results import PointResult, PointStatus, RunStore, Summary
+from pdbench.results.store import PointResult, PointStatus, RunStore, Summary
 from tests.unit.helpers import cpu_run
 
 pytestmark = pytest.mark.unit

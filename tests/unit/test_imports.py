@@ -8,7 +8,7 @@ Layers, lowest first (a module imports its own layer or lower ones only):
                 results, tracking, ...
     jobs        what runs on the allocation
     driver      CLI, launch, executors, progress and status: what runs on the login node
-    analysis    reads records (pdbench.results) and connector's layout maths
+    analysis    reads records (pdbench.results.store) and connector's layout maths
 
 Every module of pdbench/, jobs/, connector/ and analysis/ is parsed with ``ast``; the graph
 has an edge for every import of a project module, at module level or inside a function.
@@ -33,38 +33,38 @@ PACKAGES = ("pdbench", "jobs", "connector", "analysis")
 PENDING: set[str] = set()
 
 CORE = {
-    "pdbench.config",
-    "pdbench.identity",
-    "pdbench.manifest",
-    "pdbench.validate",
-    "pdbench.lengths",
-    "pdbench.plan",
-    "pdbench.run_order",
-    "pdbench.serve_command",
-    "pdbench.sbatch",
-    "pdbench.launch_spec",
-    "pdbench.config_problems",
-    "pdbench.capacity",
-    "pdbench.server_flags",
-    "pdbench.validate_gpu",
-    "pdbench.containers",
-    "pdbench.model_memory",
-    "pdbench.model_source",
-    "pdbench.ucx_transports",
-    "pdbench.vllm_install",  # which vLLM the servers run, how they start (package metadata)
+    "pdbench.config.schema",
+    "pdbench.plan.identity",
+    "pdbench.results.manifest",
+    "pdbench.validate.rules",
+    "pdbench.plan.lengths",
+    "pdbench.plan.deployments",
+    "pdbench.plan.run_order",
+    "pdbench.spec.serve_command",
+    "pdbench.spec.sbatch",
+    "pdbench.spec.launch",
+    "pdbench.config.problems",
+    "pdbench.validate.capacity",
+    "pdbench.spec.server_flags",
+    "pdbench.validate.gpu",
+    "pdbench.spec.containers",
+    "pdbench.validate.model_memory",
+    "pdbench.validate.model_source",
+    "pdbench.spec.ucx",
+    "pdbench.spec.vllm_install",  # which vLLM the servers run, how they start (package metadata)
 }
 DRIVER = {
     "pdbench.__main__",
     "pdbench.cli",
-    "pdbench.launch",
-    "pdbench.executors",
-    "pdbench.progress",
-    "pdbench.status",
+    "pdbench.driver.launch",
+    "pdbench.driver.executors",
+    "pdbench.driver.progress",
+    "pdbench.driver.status",
     "pdbench.help",
-    "pdbench.overrides",
-    "pdbench.conf_tree",
-    "pdbench.preflight_launch",
-    "pdbench.sweep",
+    "pdbench.config.overrides",
+    "pdbench.config.tree",
+    "pdbench.driver.preflight",
+    "pdbench.driver.sweep",
 }
 LAYERS = ("connector", "core", "runtime", "jobs", "driver", "analysis")
 

@@ -14,9 +14,9 @@ import aiohttp
 import pytest
 
 from connector.kv_params_service import ParamsBoard, ParamsServer, parse_addr
-from pdbench.config import FlowConfig
-from pdbench.launch_spec import router_settings
-from pdbench.router import Router, RouterConfig
+from jobs.serving.router import Router, RouterConfig
+from pdbench.config.schema import FlowConfig
+from pdbench.spec.launch import router_settings
 
 pytestmark = pytest.mark.unit
 

@@ -10,9 +10,11 @@ from unittest import mock
 import pytest
 from submitit.slurm import slurm as submitit_slurm
 
-from pdbench.config import Placement
-from pdbench.executors import SlurmJob, make_executor
-from pdbench.launch_spec import (
+from jobs.serving.router import RouterConfig
+from pdbench.config.schema import Placement
+from pdbench.driver.executors import SlurmJob, make_executor
+from pdbench.plan.deployments import make_plan
+from pdbench.spec.launch import (
     LOOPBACK,
     DeploymentSpec,
     build_launch,
@@ -20,8 +22,6 @@ from pdbench.launch_spec import (
     node_address_placeholder,
     resolve,
 )
-from pdbench.plan import make_plan
-from pdbench.router import RouterConfig
 from tests.unit.helpers import cpu_run, gpu_run
 
 pytestmark = pytest.mark.unit

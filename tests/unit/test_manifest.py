@@ -10,13 +10,13 @@ import os
 import pytest
 
 from pdbench.cli import compose_job
-from pdbench.config import Flow
-from pdbench.config_problems import ConfigError
-from pdbench.launch import check_same_experiment, write_manifest
-from pdbench.manifest import LaunchOrigin, launches
-from pdbench.plan import make_plan
-from pdbench.results import RunStore
-from pdbench.status import print_status
+from pdbench.config.problems import ConfigError
+from pdbench.config.schema import Flow
+from pdbench.driver.launch import check_same_experiment, write_manifest
+from pdbench.driver.status import print_status
+from pdbench.plan.deployments import make_plan
+from pdbench.results.manifest import LaunchOrigin, launches
+from pdbench.results.store import RunStore
 from tests.unit.helpers import cpu_run
 from tests.unit.test_cli import pdbench
 
@@ -25,7 +25,9 @@ pytestmark = pytest.mark.unit
 
 @pytest.fixture(autouse=True)
 def _no_provenance_probes(monkeypatch):
-    monkeypatch.setattr("pdbench.provenance.collect", lambda: {"hostname": "h", "git_sha": "abc"})
+    monkeypatch.setattr(
+        "pdbench.driver.provenance.collect", lambda: {"hostname": "h", "git_sha": "abc"}
+    )
 
 
 def launch_into(cfg, origin: LaunchOrigin) -> None:

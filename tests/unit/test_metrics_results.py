@@ -2,8 +2,8 @@ import json
 
 import pytest
 
-from pdbench import attribution, metrics
-from pdbench.results import PointResult, RequestRecord, RunStore, write_json_atomic
+from jobs.measure import attribution, metrics
+from pdbench.results.store import PointResult, RequestRecord, RunStore, write_json_atomic
 
 pytestmark = pytest.mark.unit
 

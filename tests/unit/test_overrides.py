@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from pdbench.overrides import OverrideError, check_overrides, closest, combinations
+from pdbench.config.overrides import OverrideError, check_overrides, closest, combinations
 
 pytestmark = pytest.mark.unit
 

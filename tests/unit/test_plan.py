@@ -1,7 +1,7 @@
 import pytest
 
-from pdbench.config import Flow, Placement
-from pdbench.plan import SIDE_CHANNEL_STRIDE, cpu_cores, make_plan, share_budgets
+from pdbench.config.schema import Flow, Placement
+from pdbench.plan.deployments import SIDE_CHANNEL_STRIDE, cpu_cores, make_plan, share_budgets
 from tests.unit.helpers import cpu_run, gpu_run
 
 pytestmark = pytest.mark.unit
@@ -127,7 +127,7 @@ def test_same_node_spills_when_full():
 
 
 def test_manifest_merges_deployments_of_a_multirun():
-    from pdbench.launch import merge_deployments
+    from pdbench.driver.launch import merge_deployments
 
     first = make_plan(cpu_run())
     cfg = cpu_run()
@@ -139,8 +139,8 @@ def test_manifest_merges_deployments_of_a_multirun():
 
 
 def test_on_failure_stop_ends_the_run_only_after_a_failed_deployment(tmp_path):
-    from pdbench.launch import deployment_failed, stop_after
-    from pdbench.results import RunStore, write_json_atomic
+    from pdbench.driver.launch import deployment_failed, stop_after
+    from pdbench.results.store import RunStore, write_json_atomic
 
     cfg = cpu_run()
     cfg.flow.kv_recompute_thresholds = [0, 1024]
@@ -186,7 +186,7 @@ def test_run_order_is_a_permutation_of_every_point_in_complete_blocks():
 
 
 def test_run_order_is_seeded_reproducible_and_recorded():
-    from pdbench.launch_spec import build_launch
+    from pdbench.spec.launch import build_launch
 
     _, a = design_plan(order_seed=7)
     _, b = design_plan(order_seed=7)
@@ -202,7 +202,7 @@ def test_run_order_is_seeded_reproducible_and_recorded():
 
 
 def test_repetitions_differ_in_seed_and_share_token_ids_across_flows():
-    from pdbench.workload import build_conversations
+    from jobs.workload import build_conversations
 
     _, plan = design_plan(repetitions=2, histories=(64,))
     points = plan.all_points()

@@ -7,12 +7,12 @@ from __future__ import annotations
 import pytest
 
 from jobs.deployment import DeploymentJob
-from pdbench.config import TrackingConfig
-from pdbench.launch_spec import build_launch
-from pdbench.plan import make_plan
-from pdbench.results import PointResult, PointStatus
-from pdbench.server_log import LogWindow, expired_unread_leases, failed_loads, recomputed_loads
-from pdbench.ucx_transports import unexpected_path
+from jobs.serving.server_log import LogWindow, expired_unread_leases, failed_loads, recomputed_loads
+from pdbench.config.schema import TrackingConfig
+from pdbench.plan.deployments import make_plan
+from pdbench.results.store import PointResult, PointStatus
+from pdbench.spec.launch import build_launch
+from pdbench.spec.ucx import unexpected_path
 from tests.unit.helpers import cpu_run
 
 pytestmark = pytest.mark.unit

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from pdbench.config import Placement
-from pdbench.preflight.checks import (
+from jobs.preflight.checks import (
     ImportFacts,
     ModelFacts,
     UcxFacts,
@@ -16,9 +15,10 @@ from pdbench.preflight.checks import (
     check_ucx,
     physical_pairs,
 )
-from pdbench.preflight.nvidia_smi import parse_gpu_query, parse_topology
-from pdbench.preflight.spec import NodeExpectation, PreflightSpec, spec_from_config
-from pdbench.ucx_transports import parse_ucp_context_info, parse_ucx_info_devices
+from jobs.preflight.nvidia_smi import parse_gpu_query, parse_topology
+from jobs.preflight.spec import NodeExpectation, PreflightSpec, spec_from_config
+from pdbench.config.schema import Placement
+from pdbench.spec.ucx import parse_ucp_context_info, parse_ucx_info_devices
 from tests.unit.fixture_text import fixture
 from tests.unit.helpers import cpu_run, gpu_run
 
@@ -155,7 +155,7 @@ def test_model_facts():
 
 
 def test_node_findings_go_into_the_provenance():
-    from pdbench.provenance import with_nodes
+    from pdbench.driver.provenance import with_nodes
 
     reports = [
         {"rank": 0, "node_name": "gpu-a01", "hostname": "gpu-a01.cluster", "ok": True,
@@ -171,7 +171,7 @@ def test_node_findings_go_into_the_provenance():
 
 
 def test_address_failures_carry_their_fix():
-    from pdbench.preflight.checks import check_address
+    from jobs.preflight.checks import check_address
 
     assert check_address("10.1.0.7", "gpu7 resolves to it", "").ok
     line = one_line(

@@ -8,15 +8,15 @@ import json
 
 import pytest
 
-from jobs.preflight import one_line, record_findings, verdict
+from jobs.preflight.checks import failed, passed
+from jobs.preflight.job import one_line, record_findings, verdict
+from jobs.preflight.runner import NodeReport
+from jobs.preflight.spec import spec_from_launch
 from pdbench.cli import parse_argv, precheck
-from pdbench.config import Command, Placement
-from pdbench.launch_spec import build_launch, describe_preflight, map_devices, visible_devices
-from pdbench.plan import make_plan
-from pdbench.preflight.checks import failed, passed
-from pdbench.preflight.runner import NodeReport
-from pdbench.preflight.spec import spec_from_launch
-from pdbench.results import RunStore
+from pdbench.config.schema import Command, Placement
+from pdbench.plan.deployments import make_plan
+from pdbench.results.store import RunStore
+from pdbench.spec.launch import build_launch, describe_preflight, map_devices, visible_devices
 from tests.unit.helpers import cpu_run, gpu_run
 
 pytestmark = pytest.mark.unit
@@ -125,8 +125,8 @@ def test_the_cli_knows_the_preflight_command():
 
 
 def test_the_vllm_cli_the_servers_start_with_is_checked_on_the_node():
-    from pdbench.preflight.checks import check_server
-    from pdbench.vllm_install import VllmInstall
+    from jobs.preflight.checks import check_server
+    from pdbench.spec.vllm_install import VllmInstall
 
     cfg = gpu_run()
     plan = make_plan(cfg)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from pdbench.preflight.nvidia_smi import parse_cuda_version, parse_gpu_query, parse_topology
+from jobs.preflight.nvidia_smi import parse_cuda_version, parse_gpu_query, parse_topology
 from tests.unit.fixture_text import fixture
 
 pytestmark = pytest.mark.unit

@@ -7,10 +7,10 @@ import threading
 
 import pytest
 
-from pdbench.preflight import rendezvous
-from pdbench.preflight.probes import inspect_model
-from pdbench.preflight.runner import cross_node_checks
-from pdbench.preflight.spec import NodeExpectation, PreflightSpec
+from jobs.preflight import rendezvous
+from jobs.preflight.probes import inspect_model
+from jobs.preflight.runner import cross_node_checks
+from jobs.preflight.spec import NodeExpectation, PreflightSpec
 
 pytestmark = pytest.mark.unit
 

@@ -8,8 +8,8 @@ import sys
 
 import pytest
 
-from pdbench.progress import _new_lines, queue_line
-from pdbench.server import ServerProcess, ServerStartError, startup_line, wait_all_ready
+from jobs.serving.server import ServerProcess, ServerStartError, startup_line, wait_all_ready
+from pdbench.driver.progress import _new_lines, queue_line
 
 pytestmark = pytest.mark.unit
 

@@ -1,6 +1,6 @@
 import pytest
 
-from pdbench.report_table import ttft_by_turn
+from pdbench.driver.report_table import ttft_by_turn
 
 pytestmark = pytest.mark.unit
 

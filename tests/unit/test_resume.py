@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 
 from pdbench.cli import compose_job
-from pdbench.launch import resume_lines, write_manifest
-from pdbench.plan import make_plan
-from pdbench.results import PointResult, PointStatus, RunStore
+from pdbench.driver.launch import resume_lines, write_manifest
+from pdbench.plan.deployments import make_plan
+from pdbench.results.store import PointResult, PointStatus, RunStore
 from tests.unit.helpers import cpu_run
 from tests.unit.test_cli import pdbench
 
@@ -42,7 +42,7 @@ def test_a_new_dir_lists_nothing_and_a_used_one_each_kind(tmp_path):
 def test_the_dry_run_lists_the_points_it_would_skip_and_run_and_writes_nothing(
     tmp_path, monkeypatch
 ):
-    monkeypatch.setattr("pdbench.provenance.collect", lambda: {})
+    monkeypatch.setattr("pdbench.driver.provenance.collect", lambda: {})
     run_dir = tmp_path / "run"
     cfg = compose_job(["+experiment=smoke", f"dir={run_dir}"])
     plan = make_plan(cfg)

@@ -1,8 +1,6 @@
 import pytest
 
-from pdbench.config import FlowConfig, ServerConfig, WorkloadConfig
-from pdbench.launch_spec import router_settings
-from pdbench.router import (
+from jobs.serving.router import (
     P_FIRST_PARAMS,
     ConversationState,
     Router,
@@ -11,6 +9,8 @@ from pdbench.router import (
     pick,
     prefill_body,
 )
+from pdbench.config.schema import FlowConfig, ServerConfig, WorkloadConfig
+from pdbench.spec.launch import router_settings
 
 pytestmark = pytest.mark.unit
 

@@ -16,8 +16,8 @@ from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
 from omegaconf import OmegaConf
 
-from pdbench.config import ClusterConfig, ExecutorKind, register_configs
-from pdbench.sbatch import sbatch_script, submitit_command
+from pdbench.config.schema import ClusterConfig, ExecutorKind, register_configs
+from pdbench.spec.sbatch import sbatch_script, submitit_command
 
 pytestmark = pytest.mark.unit
 

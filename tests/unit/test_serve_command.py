@@ -2,9 +2,9 @@ import json
 
 import pytest
 
-from pdbench.config import Flow
-from pdbench.plan import make_plan
-from pdbench.serve_command import kv_transfer_config, serve_command, serve_env
+from pdbench.config.schema import Flow
+from pdbench.plan.deployments import make_plan
+from pdbench.spec.serve_command import kv_transfer_config, serve_command, serve_env
 from tests.unit.helpers import cpu_run, gpu_run
 
 pytestmark = pytest.mark.unit

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from pdbench.server import ServerProcess, ServerStartError
+from jobs.serving.server import ServerProcess, ServerStartError
 
 pytestmark = pytest.mark.unit
 

@@ -8,8 +8,8 @@ from unittest import mock
 
 import pytest
 
-from pdbench import slurm_env
-from pdbench.slurm_env import TaskEnvironment, expand_nodelist
+from jobs import slurm_env
+from jobs.slurm_env import TaskEnvironment, expand_nodelist
 
 pytestmark = pytest.mark.unit
 
@@ -66,7 +66,7 @@ def test_submitit_slurm_task_uses_job_environment() -> None:
     facts = slurm_env._submitit_facts
     with (
         mock.patch.dict(os.environ, variables, clear=True),
-        mock.patch("pdbench.slurm_env._submitit_facts", wraps=facts) as spy,
+        mock.patch("jobs.slurm_env._submitit_facts", wraps=facts) as spy,
     ):
         env = TaskEnvironment.from_environ()
     spy.assert_called_once_with()
@@ -123,7 +123,7 @@ def _fake_hosts(table: dict[str, str]):
             raise socket.gaierror(f"unknown host {name}")
         return table[name]
 
-    return mock.patch("pdbench.slurm_env.resolve_address", side_effect=resolve)
+    return mock.patch("jobs.slurm_env.resolve_address", side_effect=resolve)
 
 
 def test_address_is_the_node_names_address() -> None:
@@ -208,8 +208,8 @@ def test_task_environment_applies_the_choice() -> None:
         env = TaskEnvironment.from_environ()
     with (
         _fake_hosts({"node2": "127.0.1.1"}),
-        mock.patch("pdbench.slurm_env.interface_addresses", return_value=IFACES),
-        mock.patch("pdbench.slurm_env.default_route_interface", return_value="eth0"),
+        mock.patch("jobs.slurm_env.interface_addresses", return_value=IFACES),
+        mock.patch("jobs.slurm_env.default_route_interface", return_value="eth0"),
     ):
         assert env.address == "10.1.0.7"
     variables[slurm_env.LOOPBACK_NODES_ENV] = "1"

@@ -1,16 +1,16 @@
 import pytest
 
-from pdbench.launch import write_manifest
-from pdbench.plan import make_plan
-from pdbench.results import CorruptRecord, PointResult, RunStore
-from pdbench.status import print_status
+from pdbench.driver.launch import write_manifest
+from pdbench.driver.status import print_status
+from pdbench.plan.deployments import make_plan
+from pdbench.results.store import CorruptRecord, PointResult, RunStore
 from tests.unit.helpers import cpu_run
 
 pytestmark = pytest.mark.unit
 
 
 def test_status_counts_done_failed_pending_and_names_logs(tmp_path, capsys, monkeypatch):
-    monkeypatch.setattr("pdbench.provenance.collect", lambda: {})
+    monkeypatch.setattr("pdbench.driver.provenance.collect", lambda: {})
     cfg = cpu_run(dir=str(tmp_path))
     plan = make_plan(cfg)
     store = RunStore(tmp_path)
@@ -35,7 +35,7 @@ def test_status_of_a_missing_run_says_how_to_fix(tmp_path):
 def test_local_jobs_are_running_or_ended_by_their_process(tmp_path, capsys, monkeypatch):
     import os
 
-    monkeypatch.setattr("pdbench.provenance.collect", lambda: {})
+    monkeypatch.setattr("pdbench.driver.provenance.collect", lambda: {})
     cfg = cpu_run(dir=str(tmp_path))
     store = RunStore(tmp_path)
     write_manifest(cfg, make_plan(cfg), store, "/model")
@@ -57,7 +57,7 @@ def test_local_jobs_are_running_or_ended_by_their_process(tmp_path, capsys, monk
 def test_a_truncated_point_is_named_counted_corrupt_and_the_rest_still_counted(
     tmp_path, capsys, monkeypatch
 ):
-    monkeypatch.setattr("pdbench.provenance.collect", lambda: {})
+    monkeypatch.setattr("pdbench.driver.provenance.collect", lambda: {})
     cfg = cpu_run(dir=str(tmp_path))
     plan = make_plan(cfg)
     store = RunStore(tmp_path)

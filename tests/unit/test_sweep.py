@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from pdbench.config import Command, ExecutorKind, RunConfig
-from pdbench.sweep import Sweep
+from pdbench.config.schema import Command, ExecutorKind, RunConfig
+from pdbench.driver.sweep import Sweep
 
 pytestmark = pytest.mark.unit
 

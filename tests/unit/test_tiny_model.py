@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
-from pdbench.config import ModelConfig
-from pdbench.tiny_model import (
+from pdbench.config.schema import ModelConfig
+from pdbench.driver.tiny_model import (
     BOS_ID,
     EOS_ID,
     MARKER,
@@ -153,7 +153,7 @@ def test_greedy_top1_margin_is_well_above_float_noise(built):
 
 def test_import_stays_light():
     code = (
-        "import sys, pdbench.tiny_model, pdbench.tracking, pdbench.validate; "
+        "import sys, pdbench.driver.tiny_model, jobs.tracking, pdbench.validate.rules; "
         "print(sorted(m for m in ('torch', 'transformers', 'wandb', 'vllm') if m in sys.modules))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

@@ -21,8 +21,8 @@ from benchmarks.token_source import (
     token_text,
     usage_chunk,
 )
-from pdbench.results import RequestRecord
-from pdbench.workload import _handle_event
+from jobs.workload import _handle_event
+from pdbench.results.store import RequestRecord
 
 pytestmark = pytest.mark.unit
 

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from pdbench.plan import make_plan
-from pdbench.serve_command import serve_env
-from pdbench.ucx_transports import lacks_connectable_am
-from pdbench.validate import validate
+from pdbench.plan.deployments import make_plan
+from pdbench.spec.serve_command import serve_env
+from pdbench.spec.ucx import lacks_connectable_am
+from pdbench.validate.rules import validate
 from tests.unit.test_dry_run_golden import LLAMA_8B, compose_run
 
 pytestmark = pytest.mark.unit

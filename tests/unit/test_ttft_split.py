@@ -11,10 +11,10 @@ from connector.request_timing import (
     StepTimer,
     external_id,
 )
-from pdbench import ttft_split
-from pdbench.results import RequestRecord
-from pdbench.router import TurnTiming
-from pdbench.router_headers import format_spans, parse_spans
+from jobs.measure import ttft_split
+from jobs.serving.router import TurnTiming
+from jobs.serving.router_headers import format_spans, parse_spans
+from pdbench.results.store import RequestRecord
 
 pytestmark = pytest.mark.unit
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from pdbench.ucx_transports import (
+from pdbench.spec.ucx import (
     connectable_am,
     expand,
     lacks_connectable_am,

@@ -6,7 +6,7 @@ from dataclasses import replace
 
 import pytest
 
-from pdbench.config import (
+from pdbench.config.schema import (
     ClusterConfig,
     ExecutorKind,
     Flow,
@@ -14,7 +14,7 @@ from pdbench.config import (
     RoleSpec,
     TopologyConfig,
 )
-from pdbench.validate import ConfigError, ConfigProblem, check, validate
+from pdbench.validate.rules import ConfigError, ConfigProblem, check, validate
 from tests.unit.helpers import cpu_run, gpu_run
 
 pytestmark = pytest.mark.unit

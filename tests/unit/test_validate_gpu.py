@@ -1,4 +1,4 @@
-"""GPU and transport validation rules (pdbench/validate_gpu.py): field, value, message, fix."""
+"""GPU and transport validation rules (pdbench/validate/gpu.py): field, value, message, fix."""
 
 from __future__ import annotations
 
@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from pdbench.config import ExecutorKind, Placement
-from pdbench.containers import srun_args
-from pdbench.validate import validate
-from pdbench.validate_gpu import check_model_reachable
+from pdbench.config.schema import ExecutorKind, Placement
+from pdbench.spec.containers import srun_args
+from pdbench.validate.gpu import check_model_reachable
+from pdbench.validate.rules import validate
 from tests.unit.helpers import gpu_run
 from tests.unit.test_validate import only, problems_for
 

@@ -6,11 +6,11 @@ from pathlib import Path
 
 import pytest
 
-from pdbench import capacity
-from pdbench.plan import make_plan
-from pdbench.serve_command import serve_command
-from pdbench.server_flags import FLAG_SOURCES, managed_flags
-from pdbench.validate import ConfigProblem, validate
+from pdbench.plan.deployments import make_plan
+from pdbench.spec.serve_command import serve_command
+from pdbench.spec.server_flags import FLAG_SOURCES, managed_flags
+from pdbench.validate import capacity
+from pdbench.validate.rules import ConfigProblem, validate
 from tests.unit.helpers import cpu_run, llama3_8b
 
 pytestmark = pytest.mark.unit

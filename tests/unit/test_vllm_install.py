@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from pdbench.vllm_install import (
+from pdbench.spec.vllm_install import (
     SERVER_MODULE,
     SUPPORTED_MINOR,
     VllmInstall,
@@ -51,7 +51,7 @@ def test_make_install_gpu_installs_the_gpu_extra_and_checks_it():
         check=True,
     ).stdout
     assert 'pip install -q -e ".[gpu,dev]"' in recipe
-    assert "-m pdbench.vllm_install" in recipe
+    assert "-m pdbench.spec.vllm_install" in recipe
 
 
 def test_install_problems():
@@ -73,7 +73,7 @@ def test_servers_start_with_vllm_serve_where_the_cuda_build_has_it():
 
 
 def test_the_servers_vllm_is_the_drivers_with_its_cli_where_the_servers_look():
-    from pdbench.vllm_install import servers_vllm
+    from pdbench.spec.vllm_install import servers_vllm
 
     cuda = VllmInstall("vllm", "0.32.1", "/login/venv/bin/vllm")
     assert servers_vllm("", cuda) == cuda
@@ -84,8 +84,8 @@ def test_the_servers_vllm_is_the_drivers_with_its_cli_where_the_servers_look():
 
 
 def test_serve_command_starts_vllm_serve_only_for_the_cuda_build():
-    from pdbench.plan import make_plan
-    from pdbench.serve_command import serve_command
+    from pdbench.plan.deployments import make_plan
+    from pdbench.spec.serve_command import serve_command
     from tests.unit.helpers import gpu_run
 
     dep = make_plan(gpu_run()).deployments[0]

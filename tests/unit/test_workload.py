@@ -3,10 +3,7 @@ import statistics
 
 import pytest
 
-from pdbench.config import WorkloadConfig, WorkloadKind
-from pdbench.lengths import draw_length, max_length
-from pdbench.results import RequestRecord
-from pdbench.workload import (
+from jobs.workload import (
     FIRST_ID,
     ChunkClock,
     RequestOptions,
@@ -16,6 +13,9 @@ from pdbench.workload import (
     describe_failure,
     tpot_ms,
 )
+from pdbench.config.schema import WorkloadConfig, WorkloadKind
+from pdbench.plan.lengths import draw_length, max_length
+from pdbench.results.store import RequestRecord
 
 pytestmark = pytest.mark.unit
 

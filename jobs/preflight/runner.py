@@ -1,0 +1,271 @@
+"""``run_preflight``: one node's preflight, start to end, and the report it leaves.
+
+Runs on each node of an allocation before any server starts (one task per node), or alone
+on any machine (``run_preflight(spec)``: rank 0 of one node). Local checks first, then,
+with more than one node and a rendezvous directory, the cross-node ones (``rendezvous``).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import socket
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from jobs.preflight import probes, rendezvous
+from jobs.preflight.checks import (
+    CheckResult,
+    check_address,
+    check_gpus,
+    check_imports,
+    check_model,
+    check_nvlink,
+    check_server,
+    check_ucx,
+    failed,
+    passed,
+    physical_pairs,
+    skipped,
+)
+from jobs.preflight.spec import PreflightSpec
+from jobs.slurm_env import NodeAddressError, TaskEnvironment
+from pdbench.spec.launch import LOOPBACK
+
+PEER_TIMEOUT_S = 120.0  # NFS attribute caches can hide a new file for up to a minute
+
+
+@dataclass
+class NodeReport:
+    """One node's preflight: the checks and the facts found on the way (for provenance)."""
+
+    rank: int
+    node_name: str
+    hostname: str
+    results: list[CheckResult] = field(default_factory=list)
+    findings: dict[str, Any] = field(default_factory=dict)
+    seconds: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        return all(r.ok for r in self.results)
+
+    @property
+    def label(self) -> str:
+        return f"node{self.rank} ({self.node_name})"
+
+    def failure_lines(self) -> list[str]:
+        """One line per failed check: node, check, found, fix."""
+        return [r.line(self.label) for r in self.results if not r.ok]
+
+    def lines(self) -> list[str]:
+        return [
+            ("FAIL " if not r.ok else "skip " if r.skipped else "ok   ") + r.line(self.label)
+            for r in self.results
+        ]
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> NodeReport:
+        """A report read back from its JSON (``to_dict``)."""
+        results = [
+            CheckResult(r["check"], r["ok"], r["found"], r.get("fix", ""), r.get("skipped", False))
+            for r in data.get("results", [])
+        ]
+        return cls(
+            rank=int(data["rank"]),
+            node_name=data.get("node_name", ""),
+            hostname=data.get("hostname", ""),
+            results=results,
+            findings=dict(data.get("findings", {})),
+            seconds=float(data.get("seconds", 0.0)),
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "rank": self.rank,
+            "node_name": self.node_name,
+            "hostname": self.hostname,
+            "ok": self.ok,
+            "results": [r.to_dict() for r in self.results],
+            "findings": self.findings,
+            "seconds": round(self.seconds, 1),
+        }
+
+
+def run_preflight(
+    spec: PreflightSpec,
+    rank: int | None = None,
+    rendezvous_dir: Path | str | None = None,
+    task: TaskEnvironment | None = None,
+    peer_timeout_s: float = PEER_TIMEOUT_S,
+) -> NodeReport:
+    """Check this node against ``spec``; ``rank`` defaults to the task's global rank.
+
+    With ``spec.num_nodes > 1`` and a ``rendezvous_dir`` (fresh per job attempt, inside the
+    run dir) every task of the job must call this at about the same time. Writes
+    ``report-<rank>.json`` there when given.
+    """
+    start = time.monotonic()
+    task = task or TaskEnvironment.from_environ()
+    rank = task.global_rank if rank is None else rank
+    report = NodeReport(rank, task.node_name, socket.gethostname())
+    expect = spec.node(rank)
+    env = probes.probe_env(spec.server_env)
+    python = spec.interpreter
+
+    # The slow probes (two Python subprocesses, nvidia-smi, ucx_info) run side by side.
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        imports_job = pool.submit(probes.import_facts, python, spec.imports, env)
+        ucx_job = pool.submit(probes.nixl_ucx_facts, python, env)
+        nvidia_job = pool.submit(probes.nvidia_facts)
+        system_ucx_job = pool.submit(probes.system_ucx_facts)
+    imports, extra = imports_job.result()
+    report.results.append(check_imports(imports, python))
+    report.results.append(
+        check_server(spec.server_cli, shutil.which(spec.server_cli, path=env.get("PATH")))
+        if spec.server_cli
+        else check_server("", None)
+    )
+    report.findings["python"] = extra.get("python", python)
+    report.findings["packages"] = imports.versions
+    report.findings.update({k: v for k, v in extra.items() if k != "python"})
+
+    nvidia = nvidia_job.result()
+    gpus = nvidia["gpus"]
+    report.results.append(
+        check_gpus(expect, gpus, env.get("CUDA_VISIBLE_DEVICES"), spec.gpu_memory_gib)
+    )
+    visible = env.get("CUDA_VISIBLE_DEVICES")
+    pairs = physical_pairs(expect, visible)
+    report.results.append(check_nvlink(replace(expect, nvlink_pairs=pairs), nvidia["topology"]))
+    topo = nvidia["topology"]
+    report.findings["driver"] = nvidia["driver"]
+    report.findings["cuda"] = nvidia["cuda"]
+    report.findings["gpus"] = [g.__dict__ for g in gpus] if gpus else []
+    if topo is not None and topo.gpus:
+        report.findings["gpu_links"] = {
+            f"GPU{a}-GPU{b}": topo.link(a, b)
+            for a in range(len(topo.gpus))
+            for b in range(a + 1, len(topo.gpus))
+        }
+        report.findings["nearest_nics"] = {
+            f"GPU{g}": topo.nearest_nics(g) for g in range(len(topo.gpus))
+        }
+
+    ucx = ucx_job.result()
+    report.results.append(
+        check_ucx(spec.expected_ucx_transports, spec.server_env.get("UCX_TLS", ""), ucx)
+    )
+    system_ucx = system_ucx_job.result()
+    report.findings["ucx"] = {
+        "nixl": ucx.source.removeprefix("NIXL's UCX ").strip(),
+        "resources": sorted(r.name for r in ucx.resources),
+        "system_ucx_info": system_ucx,
+    }
+    report.findings["nics"] = probes.infiniband_devices()
+
+    report.results.append(check_model(spec.model_path, probes.inspect_model(spec.model_path, env)))
+
+    if spec.local:
+        address, how, error = LOOPBACK, "every task on this machine: servers bind loopback", ""
+    else:
+        try:
+            choice = task.address_choice
+            address, how, error = choice.address, choice.how, ""
+        except (NodeAddressError, OSError) as err:
+            address, how, error = "", "", str(err)
+    report.results.append(check_address(address, how, error))
+    report.findings["address"] = {"address": address, "how": how}
+
+    rdv = Path(rendezvous_dir) if rendezvous_dir is not None else None
+    report.results.extend(cross_node_checks(spec, rank, rdv, address, peer_timeout_s))
+    report.seconds = time.monotonic() - start
+    if rdv is not None:
+        rendezvous.write_atomic(rendezvous.report_file(rdv, rank), json.dumps(report.to_dict()))
+    return report
+
+
+def cross_node_checks(
+    spec: PreflightSpec, rank: int, rdv: Path | None, address: str, timeout_s: float
+) -> list[CheckResult]:
+    """The run-dir and reachability checks of rank ``rank`` (``rendezvous`` protocol); with
+    one node, or no rendezvous dir, only that the run dir is writable."""
+    if spec.num_nodes <= 1 or rdv is None:
+        return [_run_dir_writable(rdv or Path(spec.run_dir)), skipped("reach", "one node")]
+    peers = [r for r in range(spec.num_nodes) if r != rank]
+    token = rendezvous.new_token()
+    if not address:
+        rendezvous.publish(rdv, rank, {"rank": rank, "address": "", "port": 0, "token": token})
+        found, missing = rendezvous.wait_for_peers(rdv, peers, timeout_s)
+        rendezvous.mark_done(rdv, rank)
+        return [_run_dir_result(rdv, found, missing, timeout_s), skipped("reach", "no address")]
+    with rendezvous.TokenServer(address, token) as server:
+        record = {
+            "rank": rank,
+            "hostname": socket.gethostname(),
+            "address": address,
+            "port": server.port,
+            "token": token,
+        }
+        rendezvous.publish(rdv, rank, record)
+        found, missing = rendezvous.wait_for_peers(rdv, peers, timeout_s)
+        unreachable = []
+        for peer, rec in sorted(found.items()):
+            if not rec.get("address"):
+                continue
+            why = rendezvous.probe_peer(rec["address"], int(rec["port"]), rec["token"])
+            if why:
+                unreachable.append(f"node{peer} ({rec.get('hostname', '?')}) at {why}")
+        rendezvous.mark_done(rdv, rank)
+        rendezvous.wait_done(rdv, [r for r in peers if r in found], timeout_s)
+    results = [_run_dir_result(rdv, found, missing, timeout_s)]
+    if unreachable:
+        results.append(
+            failed(
+                "reach",
+                f"cannot reach {unreachable[0]}"
+                + (f" (and {len(unreachable) - 1} more)" if len(unreachable) > 1 else ""),
+                "let the nodes reach each other on that address (firewall, /etc/hosts), or "
+                "set cluster.env.PDBENCH_NODE_INTERFACE to an interface they share",
+            )
+        )
+    elif found:
+        results.append(passed("reach", f"{len(found)} other node(s) answer on their address"))
+    else:
+        results.append(skipped("reach", "no other node's address known"))
+    return results
+
+
+def _run_dir_result(rdv: Path, found: dict, missing: list[int], timeout_s: float) -> CheckResult:
+    if missing:
+        names = ", ".join(f"node{r}" for r in missing)
+        return failed(
+            "run_dir",
+            f"no file from {names} in {rdv} after {timeout_s:.0f} s: the run dir is not one "
+            "directory shared by every node (or that node's task did not start)",
+            "dir=<a path on a filesystem every node mounts at the same place>",
+        )
+    return passed("run_dir", f"{rdv} shared: files of {len(found)} other node(s) read here")
+
+
+def _run_dir_writable(directory: Path) -> CheckResult:
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        probe = directory / f".preflight-{rendezvous.new_token()[:8]}"
+        probe.write_text("ok\n")
+        text = probe.read_text()
+        probe.unlink()
+    except OSError as err:
+        return failed(
+            "run_dir",
+            f"{directory} not writable ({err.strerror or err})",
+            "dir=<a writable path on a filesystem every node mounts>",
+        )
+    return (
+        passed("run_dir", f"{directory} writable (one node)")
+        if text == "ok\n"
+        else failed("run_dir", f"{directory} read back something else", "check the filesystem")
+    )

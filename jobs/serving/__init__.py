@@ -1,0 +1,1 @@
+"""vLLM server processes, their logs, and the P/D router."""

@@ -1,0 +1,348 @@
+"""Typed run configuration: the schema Hydra composes into, registered in the ConfigStore.
+
+Every YAML file under ``conf/`` starts from one of these dataclasses (``defaults: [base_X,
+_self_]``), so a typo or a wrong type fails at compose time. ``validate`` (in
+``pdbench.validate.rules``) checks what types cannot: TP against heads, instances against nodes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any
+
+from omegaconf import MISSING, OmegaConf
+
+from connector.bench_config import TransferBenchConfig
+
+
+class ExecutorKind(Enum):
+    """Which submitit executor dispatches the jobs."""
+
+    local = "local"
+    slurm = "slurm"
+    debug = "debug"
+
+
+class Flow(Enum):
+    """How the router serves one conversation turn (README.md, "Flows"; jobs/serving/router.py)."""
+
+    agg = "agg"
+    recompute = "recompute"
+    pull = "pull"
+    decode_first = "decode_first"
+
+
+class Placement(Enum):
+    """Where decode instances go relative to prefill instances."""
+
+    same_node = "same_node"
+    cross_node = "cross_node"
+
+
+class WorkloadKind(Enum):
+    """How conversations are shaped (jobs/workload.py)."""
+
+    multi_turn = "multi_turn"  # independent conversations, each with its own history
+    long_doc = "long_doc"  # every conversation asks about one shared long document prefix
+    agentic = "agentic"  # tool-call loops: many turns, short outputs, a growing prefix
+
+
+class Command(Enum):
+    """What ``python -m pdbench`` does (``python -m pdbench VERB`` or ``command=VERB``).
+
+    A new verb is a member here plus its handler in ``pdbench.cli.COMMANDS``. The verb
+    ``check`` is no command: it validates whatever command the line names, then stops.
+    """
+
+    run = "run"  # plan, launch and follow the benchmark (the default)
+    status = "status"  # jobs, their states and the Points of a run dir
+    transfer_bench = "transfer_bench"  # KV-shaped NIXL transfer bench (no vLLM)
+    preflight = "preflight"  # the node checks every job runs first, alone (starts no server)
+
+
+class TrackingBackend(Enum):
+    none = "none"
+    wandb = "wandb"
+
+
+@dataclass
+class ClusterConfig:
+    """Where jobs run and what each node offers."""
+
+    name: str = "local"
+    executor: ExecutorKind = ExecutorKind.local
+    nodes: int = 1
+    gpus_per_node: int = 0
+    # Memory of one GPU in GiB as nvidia-smi reports it (memory.total MiB / 1024); 0: unknown,
+    # the weights-fit check is skipped. The preflight compares it with the nodes' GPUs.
+    gpu_memory_gib: float = 0.0
+    cpus_per_node: int = 0  # 0: the cores of the machine running the driver
+    partition: str = ""
+    account: str = ""
+    qos: str = ""
+    time_limit_min: int = 60
+    # Seconds before the time limit SLURM sends USR2 (sbatch --signal=USR2@N): the job
+    # checkpoints, requeues itself and stops its servers; the requeued job measures the
+    # Points not recorded ok. 0: 120 s, at most half the limit. Give it the teardown's time.
+    signal_delay_s: int = 0
+    cpus_per_task: int = 0  # 0: all of the node's cores
+    mem_gb: int = 0  # 0: SLURM's default
+    constraint: str = ""
+    exclusive: bool = False
+    array_parallelism: int = 4
+    additional_parameters: dict[str, Any] = field(default_factory=dict)
+    setup: list[str] = field(default_factory=list)
+    env: dict[str, str] = field(default_factory=dict)
+    python: str = ""  # interpreter on the nodes; "": the driver's sys.executable
+    # pyxis/enroot containers (SLURM only): each task runs in this image (an enroot URI like
+    # nvcr.io#nvidia/pytorch:25.01-py3, or a squashfs path on the nodes); "": no container.
+    container_image: str = ""
+    # Bind mounts SRC:DST[:FLAGS] (flags joined by '+', e.g. ro+rprivate): the run dir, the
+    # models, the code. pyxis --container-mounts.
+    container_mounts: list[str] = field(default_factory=list)
+    container_workdir: str = ""  # pyxis --container-workdir; "": the image's
+    # Further srun options for every task (e.g. --mpi=none, --container-remap-root); the
+    # options pdbench sets itself (output, error, cpus-per-task, containers) are refused.
+    srun_args: list[str] = field(default_factory=list)
+
+
+@dataclass
+class ModelConfig:
+    """The served model's shape; ``path`` empty with ``generate`` builds a tiny random Llama."""
+
+    name: str = MISSING
+    path: str = ""
+    generate: bool = False
+    num_layers: int = MISSING
+    hidden_size: int = MISSING
+    num_attention_heads: int = MISSING
+    num_kv_heads: int = MISSING
+    head_dim: int = 0  # 0: hidden_size // num_attention_heads
+    intermediate_size: int = MISSING
+    vocab_size: int = MISSING
+    max_model_len: int = 2048
+    dtype: str = "bfloat16"
+    tie_word_embeddings: bool = False  # config.json's; true: one embedding matrix, not two
+    seed: int = 0
+
+    @property
+    def resolved_head_dim(self) -> int:
+        return self.head_dim or self.hidden_size // self.num_attention_heads
+
+
+@dataclass
+class RoleSpec:
+    """How many instances of one role and the tensor-parallel size of each."""
+
+    count: int = 1
+    tp: int = 1
+
+
+@dataclass
+class TopologyConfig:
+    """The instances of a deployment: prefill and decode roles (``count: 0`` for none)."""
+
+    name: str = "1p1d"
+    prefill: RoleSpec = field(default_factory=RoleSpec)
+    decode: RoleSpec = field(default_factory=RoleSpec)
+    agg: RoleSpec = field(default_factory=lambda: RoleSpec(count=0, tp=1))
+    placement: Placement = Placement.same_node
+
+
+@dataclass
+class TransportConfig:
+    """How KV moves between instances: NIXL backend, memory kind and UCX settings."""
+
+    name: str = "dram"
+    kv_buffer_device: str = "cpu"
+    backends: list[str] = field(default_factory=lambda: ["UCX"])
+    ucx_tls: str = ""
+    ucx_net_devices: str = ""
+    # UCX transports (names or aliases: rc, sm, cuda...) at least one of which must carry
+    # the KV: the preflight checks each node has one, Points are flagged when none did.
+    # []: no expectation. Only intra-node ones (cuda_ipc, shared memory): KV stays on a node.
+    expected_ucx_transports: list[str] = field(default_factory=list)
+    expected_gb_s: float = 0.0  # what the link should give; 0: unknown, no flag raised
+    env: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass
+class FlowConfig:
+    """Which flows to measure and the connector knobs they need."""
+
+    flows: list[Flow] = field(default_factory=lambda: [Flow.agg, Flow.recompute, Flow.pull])
+    kv_recompute_threshold: int = 64
+    kv_recompute_thresholds: list[int] = field(default_factory=list)  # deployment axis
+    decoder_kv_blocks_ttl_s: int = 60
+    decoder_kv_blocks_ttls_s: list[int] = field(default_factory=list)  # deployment axis
+    # Servers' KV occupancy sampled this often during each Point (kv_timeline; 0: off).
+    kv_sample_period_s: float = 0.5
+    # After each Point's load, sample on until the decode instances are back at their
+    # starting occupancy, at most TTL + 5 s: the blocks the TTL alone holds, measured (and
+    # the next Point starts without them).
+    kv_tail: bool = False
+    cache_hit_threshold: float = 0.8
+    decode_first_fallback: Flow = Flow.pull
+
+
+@dataclass
+class WorkloadConfig:
+    """Multi-turn conversations: N conversations x T turns of U user and O output tokens."""
+
+    kind: WorkloadKind = WorkloadKind.multi_turn
+    conversations: int = 4
+    turns: int = 4
+    user_tokens: int = 64
+    output_tokens: int = 16
+    user_tokens_jitter: float = 0.0  # user message lengths spread around U (0: all U), seeded
+    output_tokens_jitter: float = 0.0  # output lengths spread around O (0: all O), seeded
+    # How lengths spread: "uniform" in mean * (1 +- jitter), or "lognormal" (sigma = jitter,
+    # same mean, a long tail clipped at mean * (1 + 3 * jitter)).
+    length_distribution: str = "uniform"
+    history_tokens: list[int] = field(default_factory=lambda: [0])  # sweep axis: prefix
+    # Further Point axes (servers stay up): the working set and the load. []: just
+    # ``conversations`` / ``concurrency``.
+    conversation_counts: list[int] = field(default_factory=list)
+    concurrencies: list[int] = field(default_factory=list)
+    concurrency: int = 4
+    request_rate: float = 0.0  # requests/s; 0: as fast as concurrency allows
+    request_timeout_s: float = 120.0
+    seed: int = 0
+    # Independent repetitions of every (flow, history length): Points of their own, with fresh
+    # conversations (token ids from ``pdbench.plan.run_order.repetition_seed(seed, r)``) and their
+    # own cache salt. Repetition r has the same token ids in every flow (requests pair across
+    # flows by conversation and turn).
+    repetitions: int = 1
+    # Seed of each Deployment's run order: randomized complete blocks, one block per (history
+    # length, repetition) holding every flow in a shuffled order (pdbench/plan/run_order.py).
+    order_seed: int = 0
+
+
+@dataclass
+class ServerConfig:
+    """vLLM server flags shared by every instance of a deployment."""
+
+    block_size: int = 32
+    prefill_prefix_caching: bool = False
+    decode_prefix_caching: bool = True
+    max_num_seqs: int = 16
+    gpu_memory_utilization: float = 0.85
+    cpu_kvcache_space_gb: int = 1
+    # Cores (OMP threads) of each TP rank on CPU builds: an instance of TP n is pinned to
+    # n x this many cores, one set per rank (VLLM_CPU_OMP_THREADS_BIND "a|b").
+    cpu_threads_per_instance: int = 1
+    # Let ranks share cores when the plan needs more than a node has (local executor):
+    # an instance's ranks share its own cores first (README, "Heterogeneous TP on CPU").
+    cpu_share_cores: bool = False
+    # KV-cache blocks of each prefill / decode instance (vLLM --num-gpu-blocks-override);
+    # 0: what memory holds. A small prefill cache makes P evict (cache_pressure); a small
+    # one everywhere makes NIXL's handshake register fewer blocks.
+    prefill_kv_blocks: int = 0
+    decode_kv_blocks: int = 0
+    # The three below are chosen per cluster kind in conf/config.yaml (``by_device``): vLLM's
+    # own values on GPU clusters, the CPU presets' on CPU ones. Set them to override.
+    # CUDA graphs on (vLLM's default); true only where there are none (vLLM-CPU).
+    enforce_eager: bool = False
+    # Seconds a server may take to answer /health: 70B from a shared filesystem reads
+    # ~140 GB per instance, then compiles and captures CUDA graphs.
+    startup_timeout_s: float = 1800.0
+    base_port: int = 8100
+    side_channel_base_port: int = 5600
+    router_port: int = 8000
+    # What vLLM does when a KV pull fails (e.g. the peer's lease on the blocks ran out):
+    # "fail" the request (vLLM's default, an HTTP 500: what GPU clusters use, so that a broken
+    # transport cannot pass for a slow one) or "recompute" the missing blocks (the request
+    # succeeds; the Point counts and flags the failure; the CPU presets' choice).
+    kv_load_failure_policy: str = "fail"
+    extra_args: list[str] = field(default_factory=list)
+    env: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass
+class ConnectorConfig:
+    """Options of pdbench's own connector pieces."""
+
+    trace: bool = False
+
+
+@dataclass
+class TrackingConfig:
+    backend: TrackingBackend = TrackingBackend.none
+    project: str = "pdbench"
+    entity: str = ""
+    mode: str = "offline"
+
+
+@dataclass
+class LaunchConfig:
+    dry_run: bool = False
+    resume: bool = True
+    # When a Deployment fails (its job failed or a Point of it is not ok: servers that did
+    # not start or died, failed requests): "continue" with the next Deployment, or "stop"
+    # (later Deployments are not started; on SLURM the array's other jobs are cancelled).
+    # Their Points stay pending: rerun the same command to resume.
+    on_failure: str = "continue"
+    # A launch into a dir whose launches measured something else (pdbench/plan/identity.py: not
+    # timeouts, ports or paths) is refused; true adds its Deployments and Points anyway.
+    allow_mixed: bool = False
+    # Each job's first step: one preflight per node before any server starts (DESIGN.md, "On
+    # a real cluster"); a failed check fails the Deployment with one line. false: skip it.
+    preflight: bool = True
+    # SLURM: submit and return without following the jobs; `python -m pdbench status
+    # dir=...` follows them (a -m sweep submits every job first, then follows them together).
+    detach: bool = False
+
+
+@dataclass
+class RunConfig:
+    """One composed run: everything ``python -m pdbench`` needs."""
+
+    name: str = "run"
+    dir: str = MISSING
+    cache_dir: str = MISSING
+    cluster: ClusterConfig = field(default_factory=ClusterConfig)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    topology: TopologyConfig = field(default_factory=TopologyConfig)
+    transport: TransportConfig = field(default_factory=TransportConfig)
+    flow: FlowConfig = field(default_factory=FlowConfig)
+    workload: WorkloadConfig = field(default_factory=WorkloadConfig)
+    server: ServerConfig = field(default_factory=ServerConfig)
+    connector: ConnectorConfig = field(default_factory=ConnectorConfig)
+    tracking: TrackingConfig = field(default_factory=TrackingConfig)
+    launch: LaunchConfig = field(default_factory=LaunchConfig)
+    bench: TransferBenchConfig = field(default_factory=TransferBenchConfig)
+    command: Command = Command.run
+
+
+GROUP_SCHEMAS: dict[str, type] = {
+    "cluster": ClusterConfig,
+    "model": ModelConfig,
+    "topology": TopologyConfig,
+    "transport": TransportConfig,
+    "flow": FlowConfig,
+    "workload": WorkloadConfig,
+    "tracking": TrackingConfig,
+}
+
+
+def by_device(gpus_per_node: int, on_gpus: Any, on_cpus: Any) -> Any:
+    """The value for a GPU cluster (``gpus_per_node > 0``) or a CPU one.
+
+    conf/config.yaml uses it as ``${pdbench.by_device:${cluster.gpus_per_node},GPU,CPU}`` for
+    defaults that must differ (``server.kv_load_failure_policy``, ``enforce_eager``,
+    ``startup_timeout_s``); ``--cfg job --resolve`` and the manifest show the value it chose.
+    """
+    return on_gpus if int(gpus_per_node) > 0 else on_cpus
+
+
+def register_configs() -> None:
+    """Put the schemas in Hydra's ConfigStore (``base_run`` and ``<group>/base_<group>``) and
+    the ``pdbench.*`` resolvers the YAML files use."""
+    from hydra.core.config_store import ConfigStore  # lazy: hydra only where configs are composed
+
+    OmegaConf.register_new_resolver("pdbench.by_device", by_device, replace=True)
+    store = ConfigStore.instance()
+    store.store(name="base_run", node=RunConfig)
+    for group, schema in GROUP_SCHEMAS.items():
+        store.store(group=group, name=f"base_{group}", node=schema)

@@ -1,0 +1,1 @@
+"""The login node's side effects: launch, executors, progress, sweeps, status, provenance."""

@@ -1,0 +1,382 @@
+"""Pure planning: a composed RunConfig becomes Deployments x Points.
+
+A Deployment is the set of servers that can stay up (model, topology, transport, server
+flags, ``kv_recompute_threshold``); a Point is one measured workload on it (flow, history
+length, repetition). Ids are hashes of the measured settings that define them
+(``pdbench.plan.identity``: operational knobs such as timeouts and ports stay out), so a rerun
+finds what is done. A Deployment measures its Points in a seeded random order
+(``pdbench.plan.run_order``).
+
+Placement: instances are laid out in a fixed order (prefill, decode, agg). ``same_node``
+packs them onto node 0 while they fit (GPUs by TP, or CPU cores by TP x threads per rank)
+and spills to the next node; ``cross_node`` puts prefill instances on the first nodes and
+decode instances on the nodes after them. On CPU each TP rank gets its own cores; with
+``server.cpu_share_cores`` and more ranks than cores, each instance gets a share of the
+cores in proportion to its ranks and its ranks share those (``share_budgets``).
+Ports: instance ``i`` (global order) listens on ``server.base_port + i`` and its NIXL side
+channel on ``server.side_channel_base_port + 64 * i`` (vLLM 0.32's scheduler answers there
+for every rank; the stride leaves room).
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+import os
+from dataclasses import asdict, dataclass, field, replace
+from enum import Enum
+from typing import Any
+
+from pdbench.config.schema import (
+    ConnectorConfig,
+    Flow,
+    FlowConfig,
+    ModelConfig,
+    Placement,
+    RunConfig,
+    ServerConfig,
+    TopologyConfig,
+    TransportConfig,
+    WorkloadConfig,
+)
+from pdbench.plan import run_order
+from pdbench.plan.identity import flow_knobs, measured
+
+SIDE_CHANNEL_STRIDE = 64
+PD_FLOWS = (Flow.recompute, Flow.pull, Flow.decode_first)
+
+
+@dataclass(frozen=True)
+class Instance:
+    """One vLLM server of a deployment."""
+
+    name: str  # prefill0, decode0, agg0
+    role: str  # prefill | decode | mixed
+    index: int  # global order within the deployment
+    node: int  # plan node index == task rank
+    tp: int
+    gpus: tuple[int, ...]  # device indices on its node; () on CPU
+    cpus: tuple[int, ...]  # cores it is pinned to (CPU builds), rank 0's first
+    http_port: int
+    side_channel_port: int
+
+    def rank_cpus(self) -> list[tuple[int, ...]]:
+        """The cores of each TP rank: ``cpus`` cut into ``tp`` equal slices, in rank order."""
+        if not self.cpus:
+            return []
+        per_rank = max(1, len(self.cpus) // self.tp)
+        return [self.cpus[r * per_rank : (r + 1) * per_rank] for r in range(self.tp)]
+
+
+@dataclass
+class Deployment:
+    """Servers that can stay up for several Points, with the typed configs that make them.
+
+    ``flow`` carries the connector and router knobs (``decoder_kv_blocks_ttl_s``,
+    ``cache_hit_threshold``, ``decode_first_fallback``); ``kv_recompute_threshold`` is this
+    Deployment's own (one of ``flow.kv_recompute_thresholds`` in a threshold sweep).
+    """
+
+    deployment_id: str
+    nodes: int
+    instances: list[Instance]
+    kv_recompute_threshold: int
+    bidirectional: bool
+    model: ModelConfig
+    topology: TopologyConfig
+    transport: TransportConfig
+    server: ServerConfig
+    flow: FlowConfig
+    connector: ConnectorConfig
+
+    def key(self) -> dict[str, Any]:
+        """What the id hashes: servers that differ in any of these cannot be shared; their
+        operational knobs (``pdbench.plan.identity.OPERATIONAL``) are left out."""
+        return {
+            "model": measured("model", to_jsonable(self.model)),
+            "topology": measured("topology", to_jsonable(self.topology)),
+            "transport": measured("transport", to_jsonable(self.transport)),
+            "server": measured("server", to_jsonable(self.server)),
+            "kv_recompute_threshold": self.kv_recompute_threshold,
+            "decoder_kv_blocks_ttl_s": self.flow.decoder_kv_blocks_ttl_s,
+            "kv_tail": self.flow.kv_tail,
+            "bidirectional": self.bidirectional,
+            "trace": self.connector.trace,
+        }
+
+    def record(self) -> dict[str, Any]:
+        """The Deployment as each PointResult keeps it (JSON)."""
+        return {
+            "deployment_id": self.deployment_id,
+            "model": to_jsonable(self.model),
+            "topology": to_jsonable(self.topology),
+            "transport": to_jsonable(self.transport),
+            "server": to_jsonable(self.server),
+            "kv_recompute_threshold": self.kv_recompute_threshold,
+            "decoder_kv_blocks_ttl_s": self.flow.decoder_kv_blocks_ttl_s,
+            "kv_tail": self.flow.kv_tail,
+            "bidirectional": self.bidirectional,
+            "trace": self.connector.trace,
+            "instances": [to_jsonable(i) for i in self.instances],
+        }
+
+    def by_role(self, role: str) -> list[Instance]:
+        return [i for i in self.instances if i.role == role]
+
+    @property
+    def agg_instance(self) -> Instance:
+        """Where ``agg`` runs: a mixed instance, else the first decode instance."""
+        mixed = self.by_role("mixed")
+        return mixed[0] if mixed else self.by_role("decode")[0]
+
+
+@dataclass
+class Point:
+    """One measured workload on a Deployment: ``workload.history_tokens`` is
+    ``[history_tokens]``, this Point's value of the sweep axis, and ``workload.seed`` its
+    repetition's seed (``run_order.repetition_seed``)."""
+
+    point_id: str
+    deployment_id: str
+    flow: Flow
+    history_tokens: int
+    workload: WorkloadConfig
+    repetition: int = 0  # 0-based: independent Points of one (flow, history length)
+    order_index: int = 0  # its place in its Deployment's run order (``run_order``)
+
+    def workload_record(self) -> dict[str, Any]:
+        """The workload as the id hashes it and records keep it: ``history_tokens`` a number,
+        ``repetition`` this Point's."""
+        return workload_record(self.workload, self.history_tokens, self.repetition)
+
+
+@dataclass
+class Plan:
+    deployments: list[Deployment]
+    points: dict[str, list[Point]] = field(default_factory=dict)  # deployment id -> points
+
+    def all_points(self) -> list[Point]:
+        return [p for d in self.deployments for p in self.points[d.deployment_id]]
+
+
+def to_jsonable(obj: Any) -> Any:
+    """Dataclasses, enums, tuples -> plain JSON values."""
+    if hasattr(obj, "__dataclass_fields__"):
+        return {k: to_jsonable(v) for k, v in asdict(obj).items()}
+    if isinstance(obj, Enum):
+        return obj.value
+    if isinstance(obj, dict):
+        return {str(k): to_jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return [to_jsonable(v) for v in obj]
+    return obj
+
+
+def stable_hash(data: Any, length: int = 10) -> str:
+    text = json.dumps(to_jsonable(data), sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()[:length]
+
+
+def _node_capacity(cfg: RunConfig) -> tuple[str, int]:
+    """What instances are packed by on one node: ("gpu", n) or ("cpu", cores)."""
+    if cfg.cluster.gpus_per_node > 0:
+        return "gpu", cfg.cluster.gpus_per_node
+    cores = cfg.cluster.cpus_per_node or os.cpu_count() or 1
+    return "cpu", cores
+
+
+def _role_order(cfg: RunConfig) -> list[tuple[str, str, int]]:
+    """(name, role, tp) for every instance, in placement order."""
+    topo = cfg.topology
+    out = [(f"prefill{i}", "prefill", topo.prefill.tp) for i in range(topo.prefill.count)]
+    out += [(f"decode{i}", "decode", topo.decode.tp) for i in range(topo.decode.count)]
+    out += [(f"agg{i}", "mixed", topo.agg.tp) for i in range(topo.agg.count)]
+    return out
+
+
+def cpu_cores(cursor: int, tp: int, threads: int, capacity: int, budget: int) -> tuple[int, ...]:
+    """The cores of one CPU instance, rank by rank (``threads`` each), from ``cursor`` on.
+
+    Cores are counted across the whole plan (plan nodes sharing one host, as with the local
+    executor or the local SLURM test cluster, never pin two servers to one core). With a
+    ``budget`` of fewer cores than its ranks need (``share_budgets``), the instance's ranks
+    share its own cores rather than another instance's: TP ranks of one server wait for
+    each other at every layer anyway, another server would not.
+    """
+    need = tp * threads
+    if budget >= need:
+        return tuple((cursor + k) % capacity for k in range(need))
+    pool = [(cursor + k) % capacity for k in range(budget)]
+    return tuple(pool[(r * threads + k) % budget] for r in range(tp) for k in range(threads))
+
+
+def share_budgets(needs: list[int], threads: int, capacity: int) -> list[int]:
+    """Cores per instance when ranks share cores (``server.cpu_share_cores``): all they need
+    when the plan fits, else a share of the cores in proportion to their ranks (at least one
+    rank's ``threads``)."""
+    total = sum(needs)
+    if total <= capacity:
+        return list(needs)
+    return [min(n, max(threads, capacity * n // total)) for n in needs]
+
+
+def place_instances(cfg: RunConfig) -> tuple[list[Instance], int]:
+    """Lay instances onto nodes; returns the instances and the number of nodes used."""
+    kind, capacity = _node_capacity(cfg)
+    threads = cfg.server.cpu_threads_per_instance
+    share = kind == "cpu" and cfg.server.cpu_share_cores
+    instances: list[Instance] = []
+    node, used = 0, 0
+    cross = cfg.topology.placement is Placement.cross_node
+    previous_role = None
+    core_cursor = 0
+    order = _role_order(cfg)
+    needs = [tp * threads for _, _, tp in order]
+    budgets = share_budgets(needs, threads, capacity) if share else needs
+    for index, (name, role, tp) in enumerate(order):
+        need = tp if kind == "gpu" else tp * threads
+        role_changed = previous_role is not None and role != previous_role
+        full = used and used + need > capacity and not share
+        if (cross and role_changed and role == "decode") or full:
+            node, used = node + 1, 0
+        gpus = tuple(range(used, used + tp)) if kind == "gpu" else ()
+        budget = budgets[index]
+        cpus = cpu_cores(core_cursor, tp, threads, capacity, budget) if kind == "cpu" else ()
+        core_cursor += budget
+        used += need
+        instances.append(
+            Instance(
+                name=name,
+                role=role,
+                index=index,
+                node=node,
+                tp=tp,
+                gpus=gpus,
+                cpus=cpus,
+                http_port=cfg.server.base_port + index,
+                side_channel_port=cfg.server.side_channel_base_port + SIDE_CHANNEL_STRIDE * index,
+            )
+        )
+        previous_role = role
+    return instances, node + 1
+
+
+def workload_record(
+    workload: WorkloadConfig, history_tokens: int, repetition: int = 0
+) -> dict[str, Any]:
+    """One Point's workload: the sweep axes replaced by this Point's values (``history_tokens``
+    and ``repetition``; the count of repetitions and the order seed say nothing about the
+    Point, so more repetitions later keep the ids of those measured)."""
+    record = to_jsonable(workload)
+    record["history_tokens"] = history_tokens
+    record["repetition"] = repetition
+    del record["repetitions"], record["order_seed"]
+    return record
+
+
+def deployment_axes(flow: FlowConfig) -> list[tuple[int, FlowConfig, str]]:
+    """(kv_recompute_threshold, the flow config with its TTL, name suffix) per Deployment:
+    ``kv_recompute_thresholds`` x ``decoder_kv_blocks_ttls_s`` (each [] means its one value)."""
+    thresholds = flow.kv_recompute_thresholds or [flow.kv_recompute_threshold]
+    ttls = flow.decoder_kv_blocks_ttls_s or [flow.decoder_kv_blocks_ttl_s]
+    return [
+        (
+            threshold,
+            replace(flow, decoder_kv_blocks_ttl_s=ttl),
+            f"t{threshold}" + (f"-ttl{ttl}" if flow.decoder_kv_blocks_ttls_s else ""),
+        )
+        for threshold in thresholds
+        for ttl in ttls
+    ]
+
+
+def workload_points(workload: WorkloadConfig) -> list[tuple[int, WorkloadConfig]]:
+    """(history length, the Point's workload) per workload Point: history lengths x
+    conversation counts x concurrencies, each Point's workload holding its one value."""
+    return [
+        (
+            history,
+            replace(
+                workload,
+                history_tokens=[history],
+                conversations=conversations,
+                concurrency=concurrency,
+                conversation_counts=[],
+                concurrencies=[],
+            ),
+        )
+        for history in workload.history_tokens
+        for conversations in workload.conversation_counts or [workload.conversations]
+        for concurrency in workload.concurrencies or [workload.concurrency]
+    ]
+
+
+def point_key(
+    dep: Deployment, flow: Flow, workload: WorkloadConfig, history: int, repetition: int
+) -> dict:
+    """What a Point's id hashes: its Deployment, its flow (with the router knobs that flow
+    uses) and its measured workload (``pdbench.plan.identity``)."""
+    return {
+        "deployment": dep.deployment_id,
+        "flow": flow.value,
+        **flow_knobs(flow.value, to_jsonable(dep.flow)),
+        "workload": measured("workload", workload_record(workload, history, repetition)),
+    }
+
+
+def deployment_points(dep: Deployment, flows: list[Flow], workload: WorkloadConfig) -> list[Point]:
+    """The Points of one Deployment in its run order (``run_order.randomized_blocks``: one
+    block per (workload Point, repetition), every flow in each). A workload Point is a history
+    length x conversation count x concurrency (``workload_points``)."""
+    shapes = workload_points(workload)
+    blocks = [(k, r) for k in range(len(shapes)) for r in range(workload.repetitions)]
+    order = run_order.randomized_blocks(blocks, flows, workload.order_seed)
+    points = []
+    for index, ((k, repetition), flow) in enumerate(order):
+        history, shape = shapes[k]
+        seed = run_order.repetition_seed(workload.seed, repetition)
+        point_workload = replace(shape, seed=seed)
+        pid_key = point_key(dep, flow, point_workload, history, repetition)
+        points.append(
+            Point(
+                point_id=f"{flow.value}-h{history}-r{repetition}-{stable_hash(pid_key, 10)}",
+                deployment_id=dep.deployment_id,
+                flow=flow,
+                history_tokens=history,
+                workload=point_workload,
+                repetition=repetition,
+                order_index=index,
+            )
+        )
+    return points
+
+
+def make_plan(cfg: RunConfig) -> Plan:
+    """Deployments (one per ``kv_recompute_threshold`` x TTL) x Points (flow x history
+    length x conversations x concurrency x repetition), each Deployment's Points in its run
+    order."""
+    cfg = copy.deepcopy(cfg)  # the plan owns its configs: later edits of cfg do not leak in
+    flows = list(dict.fromkeys(cfg.flow.flows))
+    bidirectional = any(f in (Flow.pull, Flow.decode_first) for f in flows)
+    instances, nodes = place_instances(cfg)
+    plan = Plan(deployments=[])
+    for threshold, flow_config, suffix in deployment_axes(cfg.flow):
+        name = f"{cfg.model.name}-{cfg.topology.name}-{cfg.transport.name}-{suffix}"
+        dep = Deployment(
+            deployment_id="",
+            nodes=nodes,
+            instances=list(instances),
+            kv_recompute_threshold=threshold,
+            bidirectional=bidirectional,
+            model=cfg.model,
+            topology=cfg.topology,
+            transport=cfg.transport,
+            server=cfg.server,
+            flow=flow_config,
+            connector=cfg.connector,
+        )
+        dep.deployment_id = f"{name}-{stable_hash(dep.key(), 8)}"
+        plan.deployments.append(dep)
+        plan.points[dep.deployment_id] = deployment_points(dep, flows, cfg.workload)
+    return plan

@@ -1,0 +1,147 @@
+"""What is submitted, as data: submitit executor keywords and the sbatch script text.
+
+``executor_parameters`` gives the keywords ``pdbench.driver.executors.make_executor`` hands its
+executor; ``sbatch_script`` builds, with submitit's own ``_make_sbatch_string`` and those
+keywords, exactly the file ``sbatch`` receives (the launch spec keeps it; the dry run prints
+it). Pure: no process is started and nothing is written.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+import sys
+from pathlib import Path
+from typing import Any
+
+from submitit.slurm.slurm import _make_sbatch_string
+
+from pdbench.config.schema import ClusterConfig, ExecutorKind
+from pdbench.spec import containers
+
+# SLURM sends submitit's USR2 this long before the time limit (sbatch --signal=USR2@N): the
+# job checkpoints and requeues itself, and its servers get time to shut down cleanly.
+SIGNAL_DELAY_S = 120
+
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+def signal_delay_s(time_limit_min: int, configured_s: int = 0) -> int:
+    """Seconds before the time limit that USR2 comes: ``cluster.signal_delay_s`` when set,
+    else SIGNAL_DELAY_S at most half the limit.
+
+    A delay longer than the limit would signal (and requeue) the job as soon as it starts
+    (validation refuses one that is set so).
+    """
+    if configured_s > 0:
+        return configured_s
+    return max(1, min(SIGNAL_DELAY_S, time_limit_min * 60 // 2))
+
+
+def env_exports(env: dict[str, str]) -> list[str]:
+    """Shell lines exporting ``env`` (values quoted), in the mapping's order."""
+    lines = []
+    for key, value in env.items():
+        if not _ENV_NAME.match(str(key)):
+            raise ValueError(f"cluster.env: {key!r} is not a valid environment variable name")
+        lines.append(f"export {key}={shlex.quote(str(value))}")
+    return lines
+
+
+def slurm_parameters(cluster: ClusterConfig, nodes: int, job_name: str) -> dict[str, Any]:
+    """``submitit.SlurmExecutor.update_parameters`` keywords (its native, sbatch-like names)."""
+    params: dict[str, Any] = {
+        "job_name": job_name,
+        "time": cluster.time_limit_min,
+        "nodes": nodes,
+        "ntasks_per_node": 1,
+        "signal_delay_s": signal_delay_s(cluster.time_limit_min, cluster.signal_delay_s),
+        "array_parallelism": cluster.array_parallelism,
+    }
+    if cluster.gpus_per_node:
+        params["gpus_per_node"] = cluster.gpus_per_node
+    cpus = cluster.cpus_per_task or cluster.cpus_per_node
+    srun: list[str] = []
+    if cpus:
+        params["cpus_per_task"] = cpus
+        # srun 22.05-23.02 ignores the batch script's --cpus-per-task: repeat it for the step.
+        srun.append(f"--cpus-per-task={cpus}")
+    # pyxis container options (srun's, not sbatch's), then cluster.srun_args.
+    srun += containers.srun_args(cluster)
+    if srun:
+        params["srun_args"] = srun
+    if cluster.mem_gb:
+        params["mem"] = f"{cluster.mem_gb}GB"
+    for key in ("partition", "account", "qos", "constraint"):
+        value = getattr(cluster, key)
+        if value:
+            params[key] = value
+    if cluster.exclusive:
+        params["exclusive"] = True
+    # A requeued job appends to its logs (SLURM's default truncates them at the restart):
+    # every attempt stays readable. cluster.additional_parameters may say otherwise.
+    params["additional_parameters"] = {"open_mode": "append", **cluster.additional_parameters}
+    setup = list(cluster.setup) + env_exports(dict(cluster.env))
+    if setup:
+        params["setup"] = setup
+    return params
+
+
+def local_parameters(cluster: ClusterConfig, nodes: int, job_name: str) -> dict[str, Any]:
+    """``submitit.LocalExecutor.update_parameters`` keywords: N tasks on this machine."""
+    params: dict[str, Any] = {
+        "name": job_name,
+        "timeout_min": cluster.time_limit_min,
+        "tasks_per_node": nodes,
+        "signal_delay_s": signal_delay_s(cluster.time_limit_min, cluster.signal_delay_s),
+    }
+    setup = list(cluster.setup) + env_exports(dict(cluster.env))
+    if setup:
+        params["setup"] = setup
+    return params
+
+
+def executor_parameters(cluster: ClusterConfig, nodes: int, job_name: str) -> dict[str, Any]:
+    """The ``update_parameters`` keywords of ``make_executor``'s executor for ``nodes`` nodes."""
+    if nodes < 1:
+        raise ValueError(f"a job needs at least one node, got nodes={nodes}")
+    if cluster.executor is ExecutorKind.slurm:
+        return slurm_parameters(cluster, nodes, job_name)
+    if cluster.executor is ExecutorKind.debug:
+        return {"name": job_name, "timeout_min": cluster.time_limit_min}
+    return local_parameters(cluster, nodes, job_name)
+
+
+def submitit_command(folder: str | Path, python: str = "") -> str:
+    """The command submitit's SLURM executor runs in each task (``python``: "" for this one)."""
+    python = python or shlex.quote(sys.executable)
+    return f"{python} -u -m submitit.core._submit {shlex.quote(str(folder))}"
+
+
+def sbatch_script(
+    cluster: ClusterConfig,
+    nodes: int,
+    job_name: str,
+    folder: str | Path,
+    command: str | None = None,
+    array_size: int = 1,
+) -> str:
+    """The sbatch file submitting a job of ``nodes`` nodes to ``cluster`` from ``folder``.
+
+    ``command`` defaults to submitit's task command (``cluster.python``, or this interpreter).
+    ``array_size`` > 1: one array job of that many elements, as ``executor.map_array`` makes.
+    """
+    if cluster.executor is not ExecutorKind.slurm:
+        raise ValueError(
+            f"cluster {cluster.name!r} uses executor {cluster.executor.value!r}: "
+            "only executor=slurm submits an sbatch script"
+        )
+    if array_size < 1:
+        raise ValueError(f"array_size must be at least 1, got {array_size}")
+    folder = Path(folder)
+    if command is None:
+        command = submitit_command(folder, cluster.python)
+    params = slurm_parameters(cluster, nodes, job_name)
+    if array_size > 1:
+        params["map_count"] = array_size
+    return _make_sbatch_string(command=command, folder=folder, **params)

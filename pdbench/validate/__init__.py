@@ -1,0 +1,1 @@
+"""What types cannot check: every rule that refuses a configuration before submission (pure)."""

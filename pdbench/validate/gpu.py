@@ -1,0 +1,300 @@
+"""Validation rules for GPU clusters and KV transports: what would break a first real run.
+
+Each rule is a pure function ``RunConfig -> list[ConfigProblem]`` registered in
+``pdbench.validate.rules.RULES`` and reported with every other problem (field, value, what is
+wrong, the fix). They read nothing but the config, except ``check_model_reachable``, which
+looks at paths on this machine when the executor serves from here.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+
+from pdbench.config.problems import ConfigProblem, Problems
+from pdbench.config.schema import ExecutorKind, RunConfig
+from pdbench.plan.deployments import place_instances
+from pdbench.spec.containers import RESERVED_SRUN_OPTIONS, option_name, parse_mount
+from pdbench.spec.ucx import (
+    AM_PEER_FAILURE_TRANSPORTS,
+    expand,
+    lacks_connectable_am,
+    parse_tls,
+)
+from pdbench.validate.model_memory import fits, gpu_need, max_model_len_that_fits
+from pdbench.validate.model_source import (
+    hub_cache,
+    hub_offline,
+    hub_repo_dir,
+    hub_snapshots,
+    is_local_path,
+)
+
+ISSUE_NO_AM = "NIXL #1413"
+# Transports that only reach processes of the same host.
+INTRA_NODE_TRANSPORTS = frozenset({"cuda_ipc", "posix", "sysv", "xpmem", "cma", "knem", "self"})
+
+
+def check_ucx_transports(cfg: RunConfig) -> list[ConfigProblem]:
+    """``UCX_TLS`` lets NIXL connect, and allows the transport the config expects."""
+    t = cfg.transport
+    out = Problems()
+    if t.ucx_tls.strip() and lacks_connectable_am(t.ucx_tls):
+        out.add(
+            "transport.ucx_tls",
+            t.ucx_tls,
+            "names no transport that carries UCX active messages with peer-failure handling "
+            f"({', '.join(sorted(AM_PEER_FAILURE_TRANSPORTS))}): NIXL's UCX endpoints cannot "
+            f"connect nor send notifications (UCX: 'no active messages transport', {ISSUE_NO_AM})",
+            f"add tcp (e.g. {t.ucx_tls},tcp), or an InfiniBand transport (rc), or ucx_tls ''",
+        )
+    selection = parse_tls(t.ucx_tls)
+    expected = expand(t.expected_ucx_transports)
+    if expected and not any(selection.allows(name) for name in expected):
+        out.add(
+            "transport.expected_ucx_transports",
+            t.expected_ucx_transports,
+            f"are all excluded by transport.ucx_tls={t.ucx_tls}: the KV could never move the "
+            "way this transport config expects",
+            "add one of them to ucx_tls, or pick the transport config that matches ucx_tls",
+        )
+    return out
+
+
+def check_kv_stays_on_node(cfg: RunConfig) -> list[ConfigProblem]:
+    """A transport that only moves KV inside a node (NVLink/CUDA IPC, shared memory) needs
+    every prefill instance on the same node as every decode instance."""
+    expected = expand(cfg.transport.expected_ucx_transports)
+    if not expected or not expected <= INTRA_NODE_TRANSPORTS or not _has_pd(cfg):
+        return []
+    if not _plannable(cfg):
+        return []
+    instances, _ = place_instances(cfg)
+    p_nodes = sorted({i.node for i in instances if i.role == "prefill"})
+    d_nodes = sorted({i.node for i in instances if i.role == "decode"})
+    if p_nodes == d_nodes and len(p_nodes) == 1:
+        return []
+    t, topo = cfg.transport, cfg.topology
+    return [
+        ConfigProblem(
+            "transport",
+            t.name,
+            f"moves KV only inside a node ({', '.join(sorted(expected))}) but topology "
+            f"'{topo.name}' ({topo.placement.name}) puts prefill on node(s) {p_nodes} and "
+            f"decode on node(s) {d_nodes}: UCX would fall back to a slower path or fail",
+            "transport=rdma (or tcp) for KV across nodes, or a same_node topology that fits "
+            f"one node's {cfg.cluster.gpus_per_node} GPUs",
+        )
+    ]
+
+
+def check_weights_fit(cfg: RunConfig) -> list[ConfigProblem]:
+    """Weights per GPU + the KV of one max_model_len sequence (vLLM refuses to start without
+    it) + a runtime reserve fit in gpu_memory_utilization x the GPU's memory."""
+    c, s, m = cfg.cluster, cfg.server, cfg.model
+    if c.gpus_per_node <= 0 or c.gpu_memory_gib <= 0 or not _plannable(cfg):
+        return []
+    if m.num_attention_heads <= 0 or m.num_kv_heads <= 0 or m.max_model_len <= 0:
+        return []
+    budget = c.gpu_memory_gib * s.gpu_memory_utilization
+    out = Problems()
+    seen: set[int] = set()
+    topo = cfg.topology
+    for role in ("prefill", "decode", "agg"):
+        spec = getattr(topo, role)
+        if spec.count < 1 or spec.tp in seen:
+            continue
+        need = gpu_need(m, spec.tp)
+        if fits(need, c.gpu_memory_gib, s.gpu_memory_utilization):
+            continue
+        seen.add(spec.tp)
+        fitting = [
+            tp
+            for tp in (2, 4, 8, 16)
+            if tp > spec.tp
+            and tp <= c.gpus_per_node
+            and m.num_attention_heads % tp == 0
+            and fits(gpu_need(m, tp), c.gpu_memory_gib, s.gpu_memory_utilization)
+        ]
+        shorter = max_model_len_that_fits(m, spec.tp, c.gpu_memory_gib, s.gpu_memory_utilization)
+        fixes = []
+        if fitting:
+            example = " (e.g. topology=1p1d_tp4)" if fitting[0] == 4 else ""
+            fixes.append(f"tp >= {fitting[0]}{example}")
+        if shorter >= 1024:
+            fixes.append(f"model.max_model_len <= {shorter}")
+        fixes.append("a larger server.gpu_memory_utilization or GPU")
+        out.add(
+            f"topology.{role}.tp",
+            spec.tp,
+            f"leaves {m.name} no room: per GPU {need.weights_gib:.1f} GiB of weights + "
+            f"{need.kv_gib:.1f} GiB of KV for one {m.max_model_len}-token sequence (vLLM "
+            f"will not start without it) + {need.reserve_gib:.0f} GiB runtime = "
+            f"{need.total_gib:.1f} GiB > server.gpu_memory_utilization "
+            f"{s.gpu_memory_utilization} x cluster.gpu_memory_gib {c.gpu_memory_gib} = "
+            f"{budget:.1f} GiB",
+            ", or ".join(fixes),
+        )
+    return out
+
+
+def check_model_reachable(
+    cfg: RunConfig, environ: Mapping[str, str] | None = None
+) -> list[ConfigProblem]:
+    """The servers can load ``model.path`` (checked from here when it can be).
+
+    A hub id with ``HF_HUB_OFFLINE=1`` must already be in the hub cache the servers read.
+    The servers' environment is this process's (inherited by local tasks and, by default, by
+    sbatch) overlaid with ``cluster.env`` and ``server.env``. The cache is checked from here
+    when it can be: the home default (shared home directories) or an explicit cache directory
+    this machine sees; an explicit one this machine does not see is left to the preflight.
+
+    A directory on SLURM is checked when it sits on the filesystem of the run dir (which
+    every node must share) and its parent is visible here; otherwise the preflight checks it
+    on the nodes. With the local executor ``check_model`` checks it.
+    """
+    m = cfg.model
+    if m.generate or not m.path:
+        return []
+    if is_local_path(m.path):
+        return _shared_model_dir(cfg)
+    env = dict(os.environ if environ is None else environ)
+    env.update(cfg.cluster.env)
+    env.update(cfg.server.env)
+    if not hub_offline(env):
+        return []
+    cache = hub_cache(env, env.get("HOME") or str(Path.home()))
+    if cache.explicit and not cache.path.is_dir():
+        return []
+    if hub_snapshots(cache.path, m.path):
+        return []
+    where = "cluster.env/server.env/the environment" if cache.explicit else "no HF_HOME set"
+    return [
+        ConfigProblem(
+            "model.path",
+            m.path,
+            f"is a hub id, HF_HUB_OFFLINE=1 forbids downloading it, and the hub cache the "
+            f"servers read ({cache.path}, {cache.source}; {where}) does not hold "
+            f"{hub_repo_dir(cache.path, m.path).name}: the servers cannot load it",
+            "model.path=<a directory every node reads, e.g. /shared/models/"
+            f"{m.path.split('/')[-1]}>, or cluster.env.HF_HOME=<a shared cache holding it> "
+            "(download it where the internet is: huggingface-cli download "
+            f"{m.path})",
+        )
+    ]
+
+
+def _shared_model_dir(cfg: RunConfig) -> list[ConfigProblem]:
+    """A SLURM model directory missing from the run dir's (shared) filesystem."""
+    if cfg.cluster.executor is not ExecutorKind.slurm:
+        return []
+    model = Path(cfg.model.path).expanduser().absolute()
+    if model.exists() or not model.parent.is_dir():
+        return []
+    run_dir = Path(cfg.dir).expanduser().absolute()
+    anchor = next((p for p in (run_dir, *run_dir.parents) if p.exists()), None)
+    try:
+        shared = anchor is not None and anchor.stat().st_dev == model.parent.stat().st_dev
+    except OSError:
+        return []
+    if not shared or anchor == Path(anchor.anchor):
+        return []
+    return [
+        ConfigProblem(
+            "model.path",
+            cfg.model.path,
+            f"does not exist, though {model.parent} is on the filesystem of the run dir "
+            f"({anchor}) that every node shares: the servers cannot load it",
+            f"the model's directory (ls {model.parent})",
+        )
+    ]
+
+
+def _has_pd(cfg: RunConfig) -> bool:
+    return cfg.topology.prefill.count >= 1 and cfg.topology.decode.count >= 1
+
+
+def _plannable(cfg: RunConfig) -> bool:
+    """Counts and TP sizes sane enough to place instances (other rules report the rest)."""
+    topo, c = cfg.topology, cfg.cluster
+    specs = (topo.prefill, topo.decode, topo.agg)
+    if any(s.count < 0 or s.tp < 1 for s in specs) or c.nodes < 1:
+        return False
+    too_wide = any(s.count > 0 and s.tp > c.gpus_per_node for s in specs)
+    return not (c.gpus_per_node > 0 and too_wide)
+
+
+def check_containers(cfg: RunConfig) -> list[ConfigProblem]:
+    """pyxis container fields: SLURM only, well-formed mounts, an interpreter the image has,
+    and extra srun options that do not fight the ones pdbench sets."""
+    c = cfg.cluster
+    out = Problems()
+    if not c.container_image:
+        for name, value in (
+            ("container_mounts", c.container_mounts),
+            ("container_workdir", c.container_workdir),
+        ):
+            if value:
+                out.add(
+                    f"cluster.{name}",
+                    value,
+                    "has no effect without cluster.container_image",
+                    "set cluster.container_image, or drop it",
+                )
+    elif c.executor is not ExecutorKind.slurm:
+        out.add(
+            "cluster.container_image",
+            c.container_image,
+            f"runs tasks in a pyxis container, an srun option, but cluster.executor is "
+            f"{c.executor.value}",
+            "cluster=slurm (or a copy of h100_8gpu.yaml), or container_image ''",
+        )
+    mounts = []
+    for mount in c.container_mounts:
+        parsed = parse_mount(mount)
+        if parsed is None or not parsed[0].startswith("/") or not parsed[1].startswith("/"):
+            out.add(
+                "cluster.container_mounts",
+                mount,
+                "is not SRC:DST[:FLAGS] with absolute paths (pyxis --container-mounts; flags "
+                "joined by '+', mounts are list items, not comma-joined)",
+                "e.g. /lustre/me/pdbench:/lustre/me/pdbench or /models:/models:ro",
+            )
+        else:
+            mounts.append(parsed)
+    if c.container_image and not c.python:
+        here = sys.executable
+        if not any(src == dst and here.startswith(src.rstrip("/") + "/") for src, dst, _ in mounts):
+            out.add(
+                "cluster.python",
+                "''",
+                f"means the driver's interpreter {here}, which the container image does not "
+                "have unless a mount brings it at the same path",
+                "cluster.python=python (the image's, with pdbench's requirements), or mount "
+                "the venv's directory at the same path",
+            )
+    for arg in c.srun_args:
+        name = option_name(arg)
+        if not arg.startswith("-"):
+            out.add("cluster.srun_args", arg, "is not an option (starts with -)", "e.g. --mpi=none")
+        elif name in RESERVED_SRUN_OPTIONS:
+            out.add(
+                "cluster.srun_args",
+                arg,
+                f"is an srun option pdbench sets itself ({RESERVED_SRUN_OPTIONS[name]})",
+                RESERVED_SRUN_OPTIONS[name]
+                if "cluster." in RESERVED_SRUN_OPTIONS[name]
+                else "drop it",
+            )
+    return out
+
+
+GPU_RULES = (
+    check_ucx_transports,
+    check_kv_stays_on_node,
+    check_weights_fit,
+    check_model_reachable,
+    check_containers,
+)

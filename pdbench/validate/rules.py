@@ -1,0 +1,710 @@
+"""What types cannot check: TP against heads, instances against nodes, flows against topology.
+
+``validate(cfg)`` returns every problem at once, each naming the field, its value, what is
+wrong and how to fix it; ``check(cfg)`` raises one ``ConfigError`` listing them all. Both are
+pure: nothing is started or created, nothing is read but the model path (when it is a local
+one), the machine's core count and memory size (CPU clusters) and whether ``dir`` and
+``cache_dir`` (or their nearest existing parent) are writable directories.
+
+Decisions worth knowing:
+
+- Tensor parallel and KV heads: a TP size must divide ``num_attention_heads``; with fewer
+  KV heads than ranks vLLM replicates them, which it allows when ``tp % num_kv_heads == 0``;
+  otherwise ``num_kv_heads % tp == 0``.
+- Heterogeneous TP: vLLM's NIXL connector only fans out (decode TP a multiple of prefill
+  TP); P TP > D TP crashed (vLLM #43523).
+- ``agg`` runs on an agg (mixed) instance, or on the first decode instance when the topology
+  has none (``Deployment.agg_instance``).
+- Ports (``pdbench.plan.deployments``): instance ``i`` listens on ``base_port + i`` and its
+  TP ranks use NIXL side-channel ports ``side_channel_base_port + 64 * i + rank``; the router
+  has one.
+- CPU servers (``gpus_per_node: 0``) run vLLM-CPU: its attention takes block sizes that are
+  multiples of 32 and a fixed set of head sizes, whatever ``kv_buffer_device`` says.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from pathlib import Path
+
+from pdbench.config.problems import ConfigError, ConfigProblem, Problems, Rule
+from pdbench.config.schema import Command, ExecutorKind, Flow, Placement, RunConfig
+from pdbench.plan.deployments import PD_FLOWS, SIDE_CHANNEL_STRIDE, place_instances
+from pdbench.plan.lengths import LENGTH_DISTRIBUTIONS, max_length
+from pdbench.spec import server_flags
+from pdbench.validate import capacity
+from pdbench.validate.gpu import GPU_RULES
+
+CPU_ATTENTION_HEAD_SIZES = (32, 64, 80, 96, 112, 128, 160, 192, 224, 256, 512)
+CPU_BLOCK_MULTIPLE = 32
+KV_LOAD_FAILURE_POLICIES = ("recompute", "fail")
+ON_FAILURE_POLICIES = ("continue", "stop")
+DTYPES = ("auto", "float32", "float", "float16", "half", "bfloat16")
+KV_BUFFER_DEVICES = ("cpu", "cuda")
+TRACKING_MODES = ("offline", "online", "disabled")
+ISSUE_HETERO_TP = "vLLM #43523"
+
+
+def _roles(cfg: RunConfig) -> list[tuple[str, int, int]]:
+    """(role field, count, tp) of the roles that have instances."""
+    topo = cfg.topology
+    roles = [("prefill", topo.prefill), ("decode", topo.decode), ("agg", topo.agg)]
+    return [(name, spec.count, spec.tp) for name, spec in roles if spec.count > 0]
+
+
+def _on_cpu(cfg: RunConfig) -> bool:
+    return cfg.cluster.gpus_per_node <= 0
+
+
+def _cpu_cores(cfg: RunConfig) -> int:
+    return cfg.cluster.cpus_per_node or os.cpu_count() or 1
+
+
+def check_counts(cfg: RunConfig) -> list[ConfigProblem]:
+    """Sizes that must be positive (or non-negative) before anything else makes sense."""
+    out = Problems()
+
+    def need(name: str, value: float, minimum: float, fix: str) -> None:
+        if value < minimum:
+            word = "positive" if minimum > 0 else "non-negative"
+            out.add(name, value, f"must be {word}", fix)
+
+    m, w, s, topo = cfg.model, cfg.workload, cfg.server, cfg.topology
+    for name in ("num_layers", "hidden_size", "num_attention_heads", "num_kv_heads"):
+        need(f"model.{name}", getattr(m, name), 1, "use the model's config.json value")
+    for name in ("intermediate_size", "vocab_size", "max_model_len"):
+        need(f"model.{name}", getattr(m, name), 1, "use the model's config.json value")
+    need("model.head_dim", m.head_dim, 0, "0 (hidden_size // num_attention_heads) or the value")
+    for role in ("prefill", "decode", "agg"):
+        spec = getattr(topo, role)
+        need(f"topology.{role}.count", spec.count, 0, "0 for no instance of this role")
+        need(f"topology.{role}.tp", spec.tp, 1, "1 or more GPUs per instance")
+    if topo.prefill.count + topo.decode.count + topo.agg.count == 0:
+        out.add("topology", topo.name, "has no instance", "give prefill/decode or agg a count")
+    need("cluster.nodes", cfg.cluster.nodes, 1, "1 or more")
+    for name in (
+        "conversations",
+        "turns",
+        "user_tokens",
+        "output_tokens",
+        "concurrency",
+        "repetitions",
+    ):
+        need(f"workload.{name}", getattr(w, name), 1, "1 or more")
+    for name in ("conversation_counts", "concurrencies"):
+        for value in getattr(w, name):
+            need(f"workload.{name}", value, 1, "1 or more each, or [] for just one")
+    need("workload.request_rate", w.request_rate, 0, "0 (as fast as concurrency allows) or more")
+    if w.request_timeout_s <= 0:
+        out.add("workload.request_timeout_s", w.request_timeout_s, "must be positive", "e.g. 120")
+    if not w.history_tokens:
+        out.add("workload.history_tokens", [], "is empty", "e.g. [0]")
+    for h in w.history_tokens:
+        if h < 0:
+            out.add("workload.history_tokens", h, "must be non-negative", "0 or more")
+    for name, jitter, mean in (
+        ("user_tokens_jitter", w.user_tokens_jitter, "U"),
+        ("output_tokens_jitter", w.output_tokens_jitter, "O"),
+    ):
+        if not 0 <= jitter < 1:
+            out.add(
+                f"workload.{name}",
+                jitter,
+                "must be in [0, 1)",
+                f"0 for fixed lengths, e.g. 0.5 for {mean} x (1 +- 0.5)",
+            )
+    if w.length_distribution not in LENGTH_DISTRIBUTIONS:
+        out.add(
+            "workload.length_distribution",
+            w.length_distribution,
+            "is not a length distribution",
+            " or ".join(LENGTH_DISTRIBUTIONS),
+        )
+    need("server.max_num_seqs", s.max_num_seqs, 1, "1 or more")
+    need("server.cpu_threads_per_instance", s.cpu_threads_per_instance, 1, "1 or more")
+    if s.kv_load_failure_policy not in KV_LOAD_FAILURE_POLICIES:
+        out.add(
+            "server.kv_load_failure_policy",
+            s.kv_load_failure_policy,
+            "is not a vLLM kv_load_failure_policy",
+            " or ".join(KV_LOAD_FAILURE_POLICIES),
+        )
+    if cfg.launch.on_failure not in ON_FAILURE_POLICIES:
+        out.add(
+            "launch.on_failure",
+            cfg.launch.on_failure,
+            "is not a failure policy",
+            " or ".join(ON_FAILURE_POLICIES),
+        )
+    return out
+
+
+def check_model(cfg: RunConfig) -> list[ConfigProblem]:
+    """Head arithmetic, dtype, and where the weights come from."""
+    m = cfg.model
+    out = Problems()
+    if m.num_attention_heads > 0 and m.num_kv_heads > 0:
+        if m.num_attention_heads % m.num_kv_heads:
+            out.add(
+                "model.num_kv_heads",
+                m.num_kv_heads,
+                f"must divide num_attention_heads ({m.num_attention_heads}) for GQA",
+                "use the model's num_key_value_heads",
+            )
+        if not m.head_dim and m.hidden_size % m.num_attention_heads:
+            out.add(
+                "model.hidden_size",
+                m.hidden_size,
+                f"is not a multiple of num_attention_heads ({m.num_attention_heads})",
+                "set model.head_dim explicitly or fix the head count",
+            )
+    if m.dtype not in DTYPES:
+        out.add("model.dtype", m.dtype, "is not a vLLM dtype", f"one of {DTYPES}")
+    if m.generate and m.path:
+        out.add(
+            "model.path",
+            m.path,
+            "is set but model.generate is true (the generated tiny model would be served)",
+            "model.path='' to generate, or model.generate=false to serve the path",
+        )
+    if not m.generate and not m.path:
+        out.add(
+            "model.path",
+            "''",
+            "is empty and model.generate is false: nothing to serve",
+            "model.path=<dir or hub id>, or model=tiny_llama",
+        )
+    local_exec = cfg.cluster.executor is not ExecutorKind.slurm
+    looks_local = m.path.startswith(("/", ".", "~"))
+    if not m.generate and local_exec and looks_local and not Path(m.path).expanduser().exists():
+        out.add(
+            "model.path",
+            m.path,
+            "does not exist on this machine (the local executor serves from here)",
+            "point model.path at the model's directory",
+        )
+    return out
+
+
+def check_tensor_parallel(cfg: RunConfig) -> list[ConfigProblem]:
+    """Each TP size against the heads; the P -> D pairing the NIXL connector supports."""
+    m = cfg.model
+    out = Problems()
+    if m.num_attention_heads <= 0 or m.num_kv_heads <= 0:
+        return out
+    for role, _, tp in _roles(cfg):
+        if tp < 1:
+            continue
+        name = f"topology.{role}.tp"
+        if m.num_attention_heads % tp:
+            out.add(
+                name,
+                tp,
+                f"does not divide num_attention_heads ({m.num_attention_heads})",
+                "a TP size that divides the attention heads",
+            )
+        elif tp <= m.num_kv_heads and m.num_kv_heads % tp:
+            out.add(
+                name,
+                tp,
+                f"does not divide num_kv_heads ({m.num_kv_heads})",
+                "a TP size that divides the KV heads",
+            )
+        elif tp > m.num_kv_heads and tp % m.num_kv_heads:
+            out.add(
+                name,
+                tp,
+                f"exceeds num_kv_heads ({m.num_kv_heads}) and is not a multiple of it, so "
+                "vLLM cannot replicate the KV heads evenly",
+                f"a multiple of {m.num_kv_heads}, or at most {m.num_kv_heads}",
+            )
+    topo = cfg.topology
+    if topo.prefill.count > 0 and topo.decode.count > 0 and topo.prefill.tp >= 1:
+        if topo.decode.tp % topo.prefill.tp:
+            out.add(
+                "topology.decode.tp",
+                topo.decode.tp,
+                f"is not a multiple of topology.prefill.tp ({topo.prefill.tp}): vLLM's NIXL "
+                "connector supports heterogeneous TP only as fan-out (decode TP a multiple "
+                f"of prefill TP); P TP > D TP crashed ({ISSUE_HETERO_TP})",
+                f"decode tp in {{{topo.prefill.tp}, {2 * topo.prefill.tp}, ...}}, "
+                "or a smaller prefill tp",
+            )
+    return out
+
+
+def check_capacity(cfg: RunConfig) -> list[ConfigProblem]:
+    """Instances fit the nodes: GPUs (or cores) per node, and the nodes placement needs."""
+    out = Problems()
+    roles = _roles(cfg)
+    if not roles or any(tp < 1 for _, _, tp in roles) or cfg.cluster.nodes < 1:
+        return out
+    c, s = cfg.cluster, cfg.server
+    if _on_cpu(cfg):
+        cores = _cpu_cores(cfg)
+        if s.cpu_threads_per_instance > cores:
+            out.add(
+                "server.cpu_threads_per_instance",
+                s.cpu_threads_per_instance,
+                f"exceeds the {cores} cores of a node",
+                f"at most {cores}, or cluster.cpus_per_node",
+            )
+        out.extend(_cpu_core_problems(cfg, cores))
+    else:
+        for role, _, tp in roles:
+            if tp > c.gpus_per_node:
+                out.add(
+                    f"topology.{role}.tp",
+                    tp,
+                    f"exceeds cluster.gpus_per_node ({c.gpus_per_node}): an instance "
+                    "stays on one node",
+                    f"tp at most {c.gpus_per_node}",
+                )
+        if out:
+            return out
+    topo = cfg.topology
+    cross = topo.placement is Placement.cross_node
+    if cross and c.nodes < 2:
+        out.add(
+            "topology.placement",
+            topo.placement.name,
+            f"puts decode on other nodes than prefill but cluster.nodes is {c.nodes}",
+            "cluster.nodes >= 2 (cluster=slurm), or placement same_node",
+        )
+        return out
+    if cross and (topo.prefill.count == 0 or topo.decode.count == 0):
+        out.add(
+            "topology.placement",
+            topo.placement.name,
+            "needs both prefill and decode instances",
+            "placement same_node",
+        )
+    _, needed = place_instances(cfg)
+    if needed > c.nodes:
+        unit = "cores" if _on_cpu(cfg) else "GPUs"
+        out.add(
+            "cluster.nodes",
+            c.nodes,
+            f"is fewer than the {needed} nodes the topology '{topo.name}' needs "
+            f"({topo.placement.name}, {unit} per node)",
+            f"cluster.nodes={needed}, or fewer/smaller instances",
+        )
+    return out
+
+
+def _cpu_core_problems(cfg: RunConfig, cores: int) -> list[ConfigProblem]:
+    """Every TP rank gets its own ``cpu_threads_per_instance`` cores; on one machine (local
+    executor) ranks share cores only when ``server.cpu_share_cores`` says so."""
+    s, c = cfg.server, cfg.cluster
+    out = Problems()
+    if s.cpu_share_cores or s.cpu_threads_per_instance > cores:
+        return out
+    share = "server.cpu_share_cores=true (ranks share cores: slower, stalls possible)"
+    for role, _, tp in _roles(cfg):
+        if tp * s.cpu_threads_per_instance > cores:
+            out.add(
+                f"topology.{role}.tp",
+                tp,
+                f"x server.cpu_threads_per_instance ({s.cpu_threads_per_instance}) needs "
+                f"{tp * s.cpu_threads_per_instance} cores, one set per rank, but a node has "
+                f"{cores}",
+                f"a smaller tp, cluster.cpus_per_node, or {share}",
+            )
+    ranks = sum(count * tp for _, count, tp in _roles(cfg))
+    total = ranks * s.cpu_threads_per_instance
+    if c.executor is not ExecutorKind.slurm and total > cores and not out:
+        out.add(
+            "server.cpu_threads_per_instance",
+            s.cpu_threads_per_instance,
+            f"x {ranks} TP ranks needs {total} cores but this machine offers {cores}: "
+            "servers would share cores",
+            f"fewer threads per rank, fewer or smaller instances, or {share}",
+        )
+    return out
+
+
+def check_flows(cfg: RunConfig) -> list[ConfigProblem]:
+    """Every flow has the instances it needs; thresholds in range."""
+    f, topo = cfg.flow, cfg.topology
+    out = Problems()
+    if not f.flows:
+        out.add("flow.flows", [], "is empty", "e.g. [agg, recompute, pull]")
+    has_pd = topo.prefill.count >= 1 and topo.decode.count >= 1
+    for flow in dict.fromkeys(f.flows):
+        if flow in PD_FLOWS and not has_pd:
+            out.add(
+                "flow.flows",
+                flow.name,
+                f"needs a prefill and a decode instance; topology '{topo.name}' has "
+                f"{topo.prefill.count} prefill and {topo.decode.count} decode",
+                "a P/D topology (topology=1p1d), or flow=agg",
+            )
+        if flow is Flow.agg and topo.agg.count < 1 and topo.decode.count < 1:
+            out.add(
+                "flow.flows",
+                flow.name,
+                "needs an agg instance or a decode instance to run on",
+                "topology=agg, or drop agg from flow.flows",
+            )
+    if f.decode_first_fallback not in (Flow.pull, Flow.recompute):
+        out.add(
+            "flow.decode_first_fallback",
+            f.decode_first_fallback.name,
+            "must be a P/D flow",
+            "pull or recompute",
+        )
+    if f.kv_recompute_threshold < 0:
+        out.add(
+            "flow.kv_recompute_threshold",
+            f.kv_recompute_threshold,
+            "must be non-negative (tokens D must hold for P to pull)",
+            "0 (always pull) or more",
+        )
+    for t in f.kv_recompute_thresholds:
+        if t < 0:
+            out.add(
+                "flow.kv_recompute_thresholds",
+                t,
+                "must be non-negative (tokens D must hold for P to pull)",
+                "0 (always pull) or more",
+            )
+    if not 0.0 <= f.cache_hit_threshold <= 1.0:
+        out.add(
+            "flow.cache_hit_threshold",
+            f.cache_hit_threshold,
+            "is a share of the prompt and must be in [0, 1]",
+            "e.g. 0.8",
+        )
+    if f.decoder_kv_blocks_ttl_s < 0:
+        out.add("flow.decoder_kv_blocks_ttl_s", f.decoder_kv_blocks_ttl_s, "is negative", "e.g. 60")
+    for ttl in f.decoder_kv_blocks_ttls_s:
+        if ttl < 1:
+            out.add("flow.decoder_kv_blocks_ttls_s", ttl, "must be positive (seconds)", "e.g. 20")
+    if f.kv_sample_period_s < 0:
+        out.add("flow.kv_sample_period_s", f.kv_sample_period_s, "is negative", "0.5, or 0: off")
+    if f.kv_tail and f.kv_sample_period_s <= 0:
+        out.add(
+            "flow.kv_tail",
+            True,
+            "samples the TTL's tail but flow.kv_sample_period_s is 0 (sampling off)",
+            "flow.kv_sample_period_s=0.5",
+        )
+    return out
+
+
+def check_kv_cache(cfg: RunConfig) -> list[ConfigProblem]:
+    """Block size, KV buffer device and head size against what the servers' build supports."""
+    s, t, m = cfg.server, cfg.transport, cfg.model
+    out = Problems()
+    if s.block_size < 1:
+        out.add("server.block_size", s.block_size, "must be positive", "e.g. 16")
+    if t.kv_buffer_device not in KV_BUFFER_DEVICES:
+        out.add(
+            "transport.kv_buffer_device",
+            t.kv_buffer_device,
+            "is not a NIXL connector buffer device",
+            f"one of {KV_BUFFER_DEVICES}",
+        )
+    if not t.backends:
+        out.add("transport.backends", [], "is empty", "e.g. [UCX]")
+    if not _on_cpu(cfg):
+        return out
+    if t.kv_buffer_device == "cuda":
+        out.add(
+            "transport.kv_buffer_device",
+            t.kv_buffer_device,
+            "needs GPUs but cluster.gpus_per_node is 0",
+            "transport=dram on CPU clusters, or a GPU cluster",
+        )
+    if s.block_size >= 1 and s.block_size % CPU_BLOCK_MULTIPLE:
+        out.add(
+            "server.block_size",
+            s.block_size,
+            f"is not a multiple of {CPU_BLOCK_MULTIPLE}, which vLLM-CPU attention needs",
+            f"server.block_size={CPU_BLOCK_MULTIPLE} (or 64, 128)",
+        )
+    if m.num_attention_heads > 0 and m.resolved_head_dim not in CPU_ATTENTION_HEAD_SIZES:
+        out.add(
+            "model.head_dim",
+            m.resolved_head_dim,
+            "is not a head size vLLM-CPU attention supports",
+            f"one of {CPU_ATTENTION_HEAD_SIZES} (hidden_size / num_attention_heads)",
+        )
+    return out
+
+
+def check_workload_fits(cfg: RunConfig) -> list[ConfigProblem]:
+    """The longest conversation (largest prefix, longest user messages) fits the context."""
+    w, m = cfg.workload, cfg.model
+    if not w.history_tokens or w.turns < 1:
+        return []
+    dist = w.length_distribution
+    user_max = max_length(w.user_tokens, max(0.0, w.user_tokens_jitter), dist)
+    output_max = max_length(w.output_tokens, max(0.0, w.output_tokens_jitter), dist)
+    longest = max(w.history_tokens) + w.turns * (user_max + output_max)
+    if longest <= m.max_model_len:
+        return []
+    return [
+        ConfigProblem(
+            "workload.history_tokens",
+            max(w.history_tokens),
+            f"+ {w.turns} turns x ({user_max} user + {output_max} output) tokens = "
+            f"{longest} exceeds model.max_model_len ({m.max_model_len})",
+            "fewer turns or shorter history, or a model with a longer context",
+        )
+    ]
+
+
+def check_ports(cfg: RunConfig) -> list[ConfigProblem]:
+    """HTTP, NIXL side-channel and router port ranges do not overlap and stay valid."""
+    s = cfg.server
+    tps = [tp for _, count, tp in _roles(cfg) for _ in range(count)]
+    if not tps:
+        return []
+    out = Problems()
+    if max(tps) > SIDE_CHANNEL_STRIDE:
+        out.add(
+            "topology",
+            max(tps),
+            f"a TP size above {SIDE_CHANNEL_STRIDE} overruns an instance's side-channel ports",
+            f"tp at most {SIDE_CHANNEL_STRIDE}",
+        )
+    n = len(tps)
+    side_end = s.side_channel_base_port + SIDE_CHANNEL_STRIDE * (n - 1) + tps[-1]
+    ranges = {
+        "server.base_port": (s.base_port, s.base_port + n),
+        "server.side_channel_base_port": (s.side_channel_base_port, side_end),
+        "server.router_port": (s.router_port, s.router_port + 1),
+    }
+    for name, (lo, hi) in ranges.items():
+        if lo < 1 or hi - 1 > 65535:
+            out.add(name, lo, f"range {lo}-{hi - 1} is outside 1-65535", "a port in 1024-65000")
+    names = list(ranges)
+    for i, a in enumerate(names):
+        for b in names[i + 1 :]:
+            (alo, ahi), (blo, bhi) = ranges[a], ranges[b]
+            if alo < bhi and blo < ahi:
+                out.add(
+                    b,
+                    blo,
+                    f"range {blo}-{bhi - 1} overlaps {a} range {alo}-{ahi - 1} "
+                    f"({n} instances; instance i: http base_port+i, NIXL side channel "
+                    f"side_channel_base_port+{SIDE_CHANNEL_STRIDE}*i+rank)",
+                    f"move {b} outside {alo}-{ahi - 1}",
+                )
+    return out
+
+
+def check_tracking(cfg: RunConfig) -> list[ConfigProblem]:
+    if cfg.tracking.mode in TRACKING_MODES:
+        return []
+    return [
+        ConfigProblem(
+            "tracking.mode", cfg.tracking.mode, "is not a W&B mode", f"one of {TRACKING_MODES}"
+        )
+    ]
+
+
+def check_command(cfg: RunConfig) -> list[ConfigProblem]:
+    """What a command needs of the cluster."""
+    if cfg.command is Command.transfer_bench and cfg.cluster.executor is ExecutorKind.debug:
+        return [
+            ConfigProblem(
+                "cluster.executor",
+                "debug",
+                "runs one task in the driver; the transfer bench needs two (owner and reader)",
+                "cluster=local or cluster=slurm",
+            )
+        ]
+    return []
+
+
+def check_extra_args(cfg: RunConfig) -> list[ConfigProblem]:
+    """``server.extra_args`` may add vLLM flags, not repeat one pdbench sets itself."""
+    managed = server_flags.managed_flags(cfg)
+    out = Problems()
+    for flag, hit in server_flags.clashes(cfg.server.extra_args, managed):
+        same = "" if flag == hit else f" (vLLM reads it as {hit})"
+        out.add(
+            "server.extra_args",
+            flag,
+            f"repeats a flag pdbench sets itself{same}: vLLM would get it twice",
+            f"drop it from server.extra_args and set {server_flags.source_of(hit)}",
+        )
+    return out
+
+
+def check_cpu_memory(cfg: RunConfig) -> list[ConfigProblem]:
+    """On CPU: one full-length sequence fits the KV cache; the servers fit this machine."""
+    if not _on_cpu(cfg):
+        return []
+    s, m = cfg.server, cfg.model
+    out = Problems()
+    if s.cpu_kvcache_space_gb < 1:
+        out.add(
+            "server.cpu_kvcache_space_gb",
+            s.cpu_kvcache_space_gb,
+            "leaves vLLM-CPU no KV cache (VLLM_CPU_KVCACHE_SPACE, GiB): the server fails at start",
+            "1 or more",
+        )
+        return out
+    sizes_known = min(m.num_layers, m.num_kv_heads, m.max_model_len, s.block_size) > 0
+    if not sizes_known or m.num_attention_heads <= 0:
+        return out
+    cache = s.cpu_kvcache_space_gb * capacity.GIB
+    needed = capacity.kv_bytes_for_one_sequence(m, s.block_size)
+    if needed > cache:
+        per_token = capacity.kv_bytes_per_token(m)
+        longest = capacity.longest_sequence(m, s.block_size, cache)
+        out.add(
+            "server.cpu_kvcache_space_gb",
+            s.cpu_kvcache_space_gb,
+            f"cannot hold one sequence of model.max_model_len={m.max_model_len} tokens of "
+            f"{m.name} ({per_token // 1024} KiB of KV per token: "
+            f"{needed / capacity.GIB:.1f} GiB with the block vLLM holds back); vLLM-CPU "
+            "refuses to start",
+            f"server.cpu_kvcache_space_gb={math.ceil(needed / capacity.GIB)}, or "
+            f"model.max_model_len={longest} (or less)",
+        )
+    instances = sum(count for _, count, _ in _roles(cfg))
+    ranks = sum(count * tp for _, count, tp in _roles(cfg))
+    memory = capacity.machine_memory_bytes()
+    if cfg.cluster.executor is ExecutorKind.slurm or not memory or not m.vocab_size:
+        return out
+    # each TP rank holds its own KV cache of VLLM_CPU_KVCACHE_SPACE; the weights are split
+    needed = instances * capacity.weight_bytes(m) + ranks * cache
+    if needed > memory:
+        out.add(
+            "model",
+            m.name,
+            f"needs {needed / capacity.GIB:.1f} GiB (weights ~"
+            f"{capacity.weight_bytes(m) / capacity.GIB:.1f} GiB in {m.dtype} x {instances} "
+            f"servers + {s.cpu_kvcache_space_gb} GiB KV cache x {ranks} TP ranks), more than "
+            f"this machine's {memory / capacity.GIB:.1f} GiB",
+            "a smaller model (model=tiny_llama), fewer servers, or cluster=slurm nodes with "
+            "the memory",
+        )
+    return out
+
+
+def check_kv_blocks(cfg: RunConfig) -> list[ConfigProblem]:
+    """Per-role KV blocks (``--num-gpu-blocks-override``) hold one full-length sequence (vLLM
+    holds one block back) and, on CPU, no more than ``server.cpu_kvcache_space_gb`` holds."""
+    s, m = cfg.server, cfg.model
+    out = Problems()
+    if s.block_size < 1 or m.max_model_len < 1:
+        return out
+    least = math.ceil(m.max_model_len / s.block_size) + 1
+    for role in ("prefill", "decode"):
+        name = f"server.{role}_kv_blocks"
+        blocks = getattr(s, name.split(".")[1])
+        if blocks < 0:
+            out.add(name, blocks, "must be non-negative", "0 (what memory holds) or more")
+        elif 0 < blocks < least:
+            out.add(
+                name,
+                blocks,
+                f"blocks of {s.block_size} tokens cannot hold one sequence of "
+                f"model.max_model_len={m.max_model_len} tokens (+1 block vLLM holds back)",
+                f"at least {least}, or a smaller model.max_model_len",
+            )
+        elif blocks and _on_cpu(cfg) and min(m.num_layers, m.num_kv_heads) > 0:
+            tp = getattr(cfg.topology, role).tp
+            per_block = s.block_size * capacity.kv_bytes_per_token(m, tp)
+            held = s.cpu_kvcache_space_gb * capacity.GIB // per_block
+            if blocks > held:
+                out.add(
+                    name,
+                    blocks,
+                    f"is more than the {held} blocks server.cpu_kvcache_space_gb="
+                    f"{s.cpu_kvcache_space_gb} holds per rank",
+                    f"at most {held}, or a larger server.cpu_kvcache_space_gb",
+                )
+    return out
+
+
+DIR_EXAMPLES = {"dir": "dir=results/NAME", "cache_dir": "cache_dir=~/.cache/pdbench"}
+
+
+def _dir_problem(name: str, value: str) -> ConfigProblem | None:
+    """A run or cache directory the driver cannot create or write, read without creating it."""
+    example = DIR_EXAMPLES[name]
+    if not value.strip():
+        return ConfigProblem(name, "''", "is empty", f"{example} (or leave the default)")
+    path = Path(value).expanduser().absolute()
+    if path.exists() and not path.is_dir():
+        return ConfigProblem(
+            name, value, "is a file, not a directory", f"a directory path, e.g. {example}"
+        )
+    existing = path
+    while not existing.exists():
+        existing = existing.parent
+    if not existing.is_dir():
+        return ConfigProblem(
+            name, value, f"cannot be created: {existing} is a file", "a path under a directory"
+        )
+    if not os.access(existing, os.W_OK | os.X_OK):
+        where = "it" if existing == path else existing
+        return ConfigProblem(
+            name,
+            value,
+            f"is not writable: {where} does not let this user create files",
+            f"a writable place, e.g. {example}",
+        )
+    return None
+
+
+def check_dirs(cfg: RunConfig) -> list[ConfigProblem]:
+    """``dir`` and ``cache_dir`` can be created and written (nothing is created to find out)."""
+    found = [_dir_problem("dir", cfg.dir), _dir_problem("cache_dir", cfg.cache_dir)]
+    return [p for p in found if p]
+
+
+def check_time_limit(cfg: RunConfig) -> list[ConfigProblem]:
+    """The job's time limit and the warning before it (requeue needs the warning inside)."""
+    out = Problems()
+    c = cfg.cluster
+    if c.time_limit_min < 1:
+        out.add("cluster.time_limit_min", c.time_limit_min, "must be positive", "1 or more")
+    elif c.signal_delay_s < 0 or c.signal_delay_s >= c.time_limit_min * 60:
+        out.add(
+            "cluster.signal_delay_s",
+            c.signal_delay_s,
+            f"USR2 must come inside the {c.time_limit_min} min time limit, or the job "
+            "checkpoints and requeues as soon as it starts (or never)",
+            f"0 (120 s, at most half the limit) or 1 to {c.time_limit_min * 60 - 1} seconds",
+        )
+    return out
+
+
+RULES: tuple[Rule, ...] = (
+    check_counts,
+    check_model,
+    check_tensor_parallel,
+    check_capacity,
+    check_flows,
+    check_kv_cache,
+    check_workload_fits,
+    check_ports,
+    check_tracking,
+    check_command,
+    check_extra_args,
+    check_cpu_memory,
+    check_kv_blocks,
+    check_dirs,
+    check_time_limit,
+    *GPU_RULES,
+)
+
+
+def validate(cfg: RunConfig) -> list[ConfigProblem]:
+    """Every problem of ``cfg``; an empty list when it can be planned and launched."""
+    return [problem for rule in RULES for problem in rule(cfg)]
+
+
+def check(cfg: RunConfig) -> None:
+    """Raise ``ConfigError`` listing every problem, one per line; return if there is none."""
+    problems = validate(cfg)
+    if problems:
+        raise ConfigError(problems)
