@@ -1,16 +1,16 @@
 """One NIXL agent with one registered KV buffer, paired with a peer through files.
 
-Rendezvous: each side writes its agent metadata and buffer address into a shared directory
-(the run dir, on the cluster's shared file system) and polls for the peer's, with a
-timeout. After that the two talk through NIXL notifications only (``send`` / ``wait``),
-which also carry a failing side's ``abort:`` so the other does not wait out its timeout.
+Rendezvous (``connector.shared_files.Rendezvous``): each side writes its agent metadata and
+buffer address into a shared directory (the run dir, on the cluster's shared file system)
+and waits for the peer's, with a timeout; a side that could not start says so there. After
+that the two talk through NIXL notifications only (``send`` / ``wait``), which also carry a
+failing side's ``abort:`` so the other does not wait out its timeout.
 
 torch and nixl are imported when a peer is created, never at module import.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import socket
 import time
@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from connector.bench_config import MemoryKind
-from connector.shared_files import poll_until, write_bytes_atomic
+from connector.shared_files import PeerFailed, Rendezvous, poll_until
 
 
 class PeerAborted(RuntimeError):
@@ -54,7 +54,7 @@ def allocate(memory: MemoryKind, nbytes: int, device: int):
 
 def publish_failure(rdv: Path, name: str, error: BaseException) -> None:
     """Tell a peer waiting in ``connect`` that agent ``name`` will not come."""
-    write_bytes_atomic(rdv / f"{name}.failed", f"{type(error).__name__}: {error}".encode())
+    Rendezvous(rdv).publish_failure(name, f"{type(error).__name__}: {error}")
 
 
 class NixlPeer:
@@ -95,24 +95,30 @@ class NixlPeer:
     # ---- rendezvous ----
     def publish(self, rdv: Path) -> None:
         """Write this agent's metadata, then its description (the peer polls for the latter)."""
-        write_bytes_atomic(rdv / f"{self.name}.md", self.agent.get_agent_metadata())
+        meeting = Rendezvous(rdv)
+        meeting.publish(f"{self.name}.md", self.agent.get_agent_metadata())
         info = PeerInfo(
             self.name, node_name(), self.base, self.nbytes, self.device, self.memory.value
         )
-        write_bytes_atomic(rdv / f"{self.name}.json", json.dumps(info.__dict__).encode())
+        meeting.publish_json(f"{self.name}.json", info.__dict__)
 
     def connect(self, rdv: Path, peer_name: str, timeout_s: float) -> PeerInfo:
         """Wait for the peer's files, load its agent; ``PeerAborted`` if it could not start."""
-        desc, failed = rdv / f"{peer_name}.json", rdv / f"{peer_name}.failed"
-
-        def ready() -> bool:
-            if failed.exists():
-                raise PeerAborted(f"peer {peer_name} did not start: {failed.read_text()}")
-            return desc.exists()
-
-        poll_until(ready, timeout_s, f"NIXL peer {peer_name} in {rdv}")
-        info = PeerInfo(**json.loads(desc.read_text()))
-        remote = self.agent.add_remote_agent((rdv / f"{peer_name}.md").read_bytes())
+        meeting = Rendezvous(rdv)
+        try:
+            found = meeting.wait(
+                [f"{peer_name}.json"],
+                timeout_s,
+                f"NIXL peer {peer_name}",
+                failures=[peer_name],
+                max_pause_s=0.05,
+            )
+        except PeerFailed:
+            raise PeerAborted(
+                f"peer {peer_name} did not start: {meeting.failure(peer_name)}"
+            ) from None
+        info = PeerInfo(**found[f"{peer_name}.json"])
+        remote = self.agent.add_remote_agent(meeting.path(f"{peer_name}.md").read_bytes())
         remote = remote.decode() if isinstance(remote, bytes) else remote
         if remote != peer_name:
             raise RuntimeError(f"rendezvous file of {peer_name} holds agent {remote!r}")

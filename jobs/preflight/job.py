@@ -12,13 +12,11 @@ node, no server, the reports returned to the driver.
 
 from __future__ import annotations
 
-import json
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from connector.shared_files import write_json_atomic
+from connector.shared_files import Rendezvous, write_json_atomic
 from jobs.preflight import NodeReport, run_preflight
 from jobs.preflight.rendezvous import report_file
 from jobs.preflight.spec import spec_from_launch
@@ -42,23 +40,14 @@ def reports_dir(rendezvous: Path) -> Path:
 
 def read_reports(directory: Path, nodes: int) -> dict[int, dict[str, Any]]:
     """The reports written so far, by rank."""
-    out = {}
-    for rank in range(nodes):
-        try:
-            out[rank] = json.loads(report_file(directory, rank).read_text())
-        except (OSError, ValueError):
-            continue
-    return out
+    return gather_reports(directory, nodes, 0.0)
 
 
 def gather_reports(directory: Path, nodes: int, timeout_s: float) -> dict[int, dict[str, Any]]:
     """Every node's report, or those there after ``timeout_s``."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        reports = read_reports(directory, nodes)
-        if len(reports) == nodes or time.monotonic() > deadline:
-            return reports
-        time.sleep(0.2)
+    names = {report_file(rank): rank for rank in range(nodes)}
+    found, _ = Rendezvous(directory).gather(names, timeout_s)
+    return {names[name]: report for name, report in found.items()}
 
 
 def one_line(lines: list[str]) -> str:

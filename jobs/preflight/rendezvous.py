@@ -12,89 +12,63 @@ Every task (rank r of N) of one preflight, in the same directory ``rdv``:
    loopback alias); refused or timed out means the address is not reachable from here;
 5. ``mark_done`` then ``wait_done`` (every rank probed) before stopping its TokenServer.
 
-Files, not sockets, carry the addresses: the run dir is the one channel tasks already share.
+Files, not sockets, carry the addresses: the run dir is the one channel tasks already share
+(``connector.shared_files.Rendezvous``, the one file rendezvous of every job).
 """
 
 from __future__ import annotations
 
-import json
 import secrets
 import socket
 import threading
-import time
 from pathlib import Path
 from typing import Any
 
-from connector.shared_files import write_bytes_atomic
+from connector.shared_files import Rendezvous
 
 POLL_S = 0.2
 
 
-def node_file(rdv: Path, rank: int) -> Path:
-    return rdv / f"node-{rank}.json"
+def node_file(rank: int) -> str:
+    return f"node-{rank}.json"
 
 
-def done_file(rdv: Path, rank: int) -> Path:
-    return rdv / f"done-{rank}"
+def done_file(rank: int) -> str:
+    return f"done-{rank}"
 
 
-def report_file(rdv: Path, rank: int) -> Path:
+def report_file(rank: int) -> str:
     """Where rank ``rank`` leaves its ``NodeReport`` (``runner.run_preflight``)."""
-    return Path(rdv) / f"report-{rank}.json"
+    return f"report-{rank}.json"
 
 
 def new_token() -> str:
     return secrets.token_hex(16)
 
 
-def write_atomic(path: Path, text: str) -> None:
-    write_bytes_atomic(path, text.encode())
-
-
 def publish(rdv: Path, rank: int, record: dict[str, Any]) -> Path:
-    rdv.mkdir(parents=True, exist_ok=True)
-    path = node_file(rdv, rank)
-    write_atomic(path, json.dumps(record, sort_keys=True))
-    return path
-
-
-def _read(path: Path) -> dict[str, Any] | None:
-    try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
+    return Rendezvous(rdv).publish_json(node_file(rank), record)
 
 
 def wait_for_peers(
     rdv: Path, ranks: list[int], timeout_s: float
 ) -> tuple[dict[int, dict[str, Any]], list[int]]:
     """Records of ``ranks`` as they appear; (found, missing) after ``timeout_s`` at most."""
-    found: dict[int, dict[str, Any]] = {}
-    deadline = time.monotonic() + timeout_s
-    while True:
-        for rank in ranks:
-            if rank not in found:
-                record = _read(node_file(rdv, rank))
-                if record is not None:
-                    found[rank] = record
-        missing = [r for r in ranks if r not in found]
-        if not missing or time.monotonic() >= deadline:
-            return found, missing
-        time.sleep(POLL_S)
+    names = {node_file(rank): rank for rank in ranks}
+    found, missing = Rendezvous(rdv).gather(names, timeout_s, max_pause_s=POLL_S)
+    return {names[n]: record for n, record in found.items()}, [names[n] for n in missing]
 
 
 def mark_done(rdv: Path, rank: int) -> None:
-    write_atomic(done_file(rdv, rank), "done\n")
+    Rendezvous(rdv).publish(done_file(rank), "done\n")
 
 
 def wait_done(rdv: Path, ranks: list[int], timeout_s: float) -> list[int]:
     """Ranks not done after ``timeout_s`` (empty when all are)."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        missing = [r for r in ranks if not done_file(rdv, r).exists()]
-        if not missing or time.monotonic() >= deadline:
-            return missing
-        time.sleep(POLL_S)
+    names = {done_file(rank): rank for rank in ranks}
+    meeting = Rendezvous(rdv)
+    _, missing = meeting.gather(names, timeout_s, parse=meeting.read, max_pause_s=POLL_S)
+    return [names[n] for n in missing]
 
 
 class TokenServer:

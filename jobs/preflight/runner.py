@@ -7,7 +7,6 @@ with more than one node and a rendezvous directory, the cross-node ones (``rende
 
 from __future__ import annotations
 
-import json
 import shutil
 import socket
 import time
@@ -16,6 +15,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from connector.shared_files import Rendezvous
 from jobs.preflight import probes, rendezvous
 from jobs.preflight.checks import (
     CheckResult,
@@ -184,7 +184,7 @@ def run_preflight(
     report.results.extend(cross_node_checks(spec, rank, rdv, address, peer_timeout_s))
     report.seconds = time.monotonic() - start
     if rdv is not None:
-        rendezvous.write_atomic(rendezvous.report_file(rdv, rank), json.dumps(report.to_dict()))
+        Rendezvous(rdv).publish_json(rendezvous.report_file(rank), report.to_dict())
     return report
 
 
