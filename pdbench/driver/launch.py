@@ -16,7 +16,7 @@ from typing import Any
 from connector.bench_plan import pending_cases
 from connector.bench_record import format_table
 from jobs import transfer_bench
-from jobs.deployment import DeploymentJob
+from jobs.entry.deployment import DeploymentJob
 from pdbench.config.problems import ConfigError, ConfigProblem
 from pdbench.config.schema import ExecutorKind, RunConfig
 from pdbench.driver import provenance, tiny_model

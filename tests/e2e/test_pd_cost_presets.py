@@ -11,7 +11,7 @@ import json
 
 import pytest
 
-from jobs.deployment import KV_TAIL_MARGIN_S
+from jobs.run.point import KV_TAIL_MARGIN_S
 from tests.e2e.conftest import load_points, server_pids
 from tests.e2e.test_presets import run_and_analyse
 

@@ -11,7 +11,9 @@ import pytest
 from submitit.core.job_environment import _checkpoint
 from submitit.helpers import DelayedSubmission
 
-from jobs.deployment import DeploymentJob, JobInterrupted
+from jobs.entry.deployment import DeploymentJob
+from jobs.run.state import JobInterrupted
+from jobs.run.task import DeploymentTask
 from jobs.serving.server import ServerProcess
 from pdbench.plan.deployments import make_plan, to_jsonable
 from pdbench.spec.launch import build_launch
@@ -43,8 +45,10 @@ def running_job(tmp_path):
     ]
     for proc in procs:
         proc.start()
-    job._procs = [(None, proc) for proc in procs]
-    job._ran, job._attempt, job._leaving = spec, ("4242", 0), ""
+    # What __call__ holds once the servers are up.
+    job.running = DeploymentTask(job.deployment, job.points, spec, job.tracking, job.run_config)
+    job.running.task.procs = list(procs)
+    job.running.task.ran, job.running.task.job_id = spec, "4242"
     try:
         yield job, procs
     finally:
@@ -70,26 +74,26 @@ def test_checkpoint_at_usr2_pickles_what_a_restart_needs_and_leaves_servers_to_t
     assert isinstance(again, DeploymentJob) and again is not job
     assert [p.point_id for p in again.points] == [p.point_id for p in job.points]
     assert again.spec == job.spec and again.deployment.deployment_id == job.deployment.deployment_id
-    assert not hasattr(again, "_procs") and not hasattr(again, "_ran")
-    assert not hasattr(again, "_leaving")  # the restart measures
+    assert again.running is None  # no live process, no leaving: the restart measures
     assert restarted._timeout_countdown == 2
     assert all(proc.alive() for proc in procs)  # the teardown stops them, not the checkpoint
     # The requeue's SIGTERM must not cut that teardown short, and the Point in progress
     # (its SystemExit possibly swallowed by an event loop callback) is not recorded.
     assert signal.getsignal(signal.SIGTERM) is signal.SIG_IGN
     with pytest.raises(JobInterrupted, match="the Point in progress is not recorded"):
-        job._check_leaving()
+        job.running.task.check_leaving()
 
 
 def test_sigterm_leaves_as_a_system_exit_once_and_again_where_it_was_swallowed(
     running_job, sigterm_restored
 ):
     job, _ = running_job
-    job._check_leaving()  # nothing said yet: goes on
-    signal.signal(signal.SIGTERM, job._on_sigterm)
+    task = job.running.task
+    task.check_leaving()  # nothing said yet: goes on
+    signal.signal(signal.SIGTERM, task.on_sigterm)
     with pytest.raises(JobInterrupted) as info:
-        job._on_sigterm(signal.SIGTERM, None)
+        task.on_sigterm(signal.SIGTERM, None)
     assert isinstance(info.value, SystemExit) and not isinstance(info.value, Exception)
     assert signal.getsignal(signal.SIGTERM) is signal.SIG_IGN  # a second one waits
     with pytest.raises(JobInterrupted, match="signal 15: the Point in progress is not recorded"):
-        job._check_leaving()
+        task.check_leaving()

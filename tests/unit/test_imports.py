@@ -13,12 +13,15 @@ Layers, lowest first (a module imports its own layer or lower ones only):
 Every module of pdbench/, jobs/, connector/ and analysis/ is parsed with ``ast``; the graph
 has an edge for every import of a project module, at module level or inside a function.
 An import inside a function is allowed only to defer a heavy or optional third-party package
-and then says why on its line: ``import torch  # lazy: <why>``.
+and then says why on its line: ``import torch  # lazy: <why>``; or in a job entry
+(``jobs.entry``), to load the node runtime on the allocation only: ``# lazy: node runtime``.
 """
 
 from __future__ import annotations
 
 import ast
+import subprocess
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -100,6 +103,7 @@ class Import:
     in_function: bool
     lazy_reason: bool  # "# lazy:" on the statement's lines
     third_party: bool
+    text: str = ""  # the statement's lines
 
 
 def module_name(path: Path) -> str:
@@ -161,6 +165,7 @@ def imports_of(module: str, path: Path, modules: dict[str, Path]) -> list[Import
                             in_function=in_function,
                             lazy_reason=lazy,
                             third_party=target is None,
+                            text=text,
                         )
                     )
             visit(child, inside)
@@ -278,10 +283,25 @@ def test_connector_keeps_the_plugin_and_the_bench_apart():
     assert bad == [], "plugin <-> bench imports inside connector/:\n" + "\n".join(bad)
 
 
+ENTRY_LAZY = "# lazy: node runtime, loaded on the allocation only"
+
+
+def entry_runtime_import(imp: Import) -> bool:
+    """A job entry's one import of the node runtime, inside the function that runs it."""
+    return (
+        imp.source.startswith("jobs.entry.")
+        and imp.target.startswith("jobs.")
+        and not imp.target.startswith("jobs.entry")
+        and ENTRY_LAZY in imp.text
+    )
+
+
 def test_imports_inside_functions_are_lazy_third_party_ones_with_a_reason():
     bad = []
     for imp in project_imports():
         if not imp.in_function or pending(imp.source):
+            continue
+        if entry_runtime_import(imp):
             continue
         if not imp.third_party:
             bad.append(f"{imp.source}:{imp.line} imports project module {imp.target} in a function")
@@ -310,3 +330,33 @@ def test_the_parser_sees_function_level_and_relative_imports(tmp_path):
         ("torch", True, True, True),
         ("pkg.b", True, False, False),
     ]
+
+
+def test_only_a_job_entry_may_load_the_node_runtime_in_a_function():
+    entry = Import(
+        "jobs.entry.x",
+        "jobs.run.task",
+        3,
+        True,
+        True,
+        False,
+        f"from jobs.run import task  {ENTRY_LAZY}",
+    )
+    assert entry_runtime_import(entry)
+    assert not entry_runtime_import(
+        Import("pdbench.driver.launch", "jobs.run.task", 3, True, True, False, entry.text)
+    )
+    assert not entry_runtime_import(
+        Import("jobs.entry.x", "jobs.run.task", 3, True, True, False, "# lazy: why")
+    )
+
+
+def test_importing_the_deployment_job_entry_loads_no_node_runtime_module():
+    """What the driver imports to submit a Deployment: the node runtime stays on the nodes."""
+    code = (
+        "import sys, jobs.entry.deployment; print(sorted(m for m in sys.modules "
+        "if m.startswith('jobs.') and not m.startswith('jobs.entry')))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]"

@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import pytest
 
-from jobs.deployment import DeploymentJob
+from connector.ucx_proto import transports_in_log
+from jobs.run import flags
 from jobs.serving.server_log import LogWindow, expired_unread_leases, failed_loads, recomputed_loads
-from pdbench.config.schema import TrackingConfig
 from pdbench.plan.deployments import make_plan
-from pdbench.results.store import PointResult, PointStatus
+from pdbench.results.store import TransferTotals
 from pdbench.spec.launch import build_launch
 from pdbench.spec.ucx import unexpected_path
 from tests.unit.helpers import cpu_run
@@ -54,54 +54,76 @@ def test_vllm_says_when_it_recomputed_or_failed_a_kv_load(tmp_path):
     assert window.read() == {str(log): FAILING, str(tmp_path / "missing.log"): ""}
 
 
-def job_on(tmp_path, expected: list[str]) -> DeploymentJob:
+def pd_instances(tmp_path, expected: list[str]):
+    """The P and D instances of a CPU run's launch spec, and its transport config."""
     cfg = cpu_run(dir=str(tmp_path))
     cfg.transport.expected_ucx_transports = expected
     plan = make_plan(cfg)
-    dep = plan.deployments[0]
     spec = build_launch(cfg, plan, "/m").deployments[0]
-    job = DeploymentJob(dep, plan.points[dep.deployment_id], spec, TrackingConfig(), {})
-    job._ran = spec
-    return job
-
-
-def fresh_result() -> PointResult:
-    return PointResult("p1", PointStatus.ok, "", "pull", {}, {})
+    return spec.instances, plan.deployments[0].transport
 
 
 def test_a_point_is_flagged_when_the_expected_transport_did_not_carry_kv(tmp_path):
-    job = job_on(tmp_path, ["cuda_ipc"])
-    prefill, decode = job._ran.instances
-    for inst, transport in ((prefill, "cma/memory"), (decode, "cuda_ipc/cuda")):
-        path = tmp_path / inst.log_path.removeprefix(str(tmp_path) + "/")
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(read_table(transport))
-    result = fresh_result()
-    job._check_transport(result)
-    assert result.transport_used["prefill0"]["read"] == ["cma/memory"]
-    (flag,) = result.flags
+    instances, transport = pd_instances(tmp_path, ["cuda_ipc"])
+    prefill, decode = instances
+    used = {}
+    for inst, carried in ((prefill, "cma/memory"), (decode, "cuda_ipc/cuda")):
+        log = tmp_path / f"{inst.name}.log"
+        log.write_text(read_table(carried))
+        used[inst.name] = transports_in_log(log)
+    assert used["prefill0"]["read"] == ["cma/memory"]
+    (flag,) = flags.transport_flags(instances, used, transport)
     assert flag.startswith(
         "prefill0: KV moved over ['cma/memory'], none of the transports dram expects (cuda_ipc;"
     )
-    # What the dram config expects on one host: shared memory (cma); no flag. (Its own dir:
-    # the expectation is not part of a Deployment's identity, so the logs would be shared.)
-    job = job_on(tmp_path / "dram", ["sm", "tcp"])
-    result = fresh_result()
-    job._check_transport(result)
-    assert result.flags == []
+    # What the dram config expects on one host: shared memory (cma); no flag.
+    instances, transport = pd_instances(tmp_path / "dram", ["sm", "tcp"])
+    assert flags.transport_flags(instances, {"prefill0": used["prefill0"]}, transport) == []
 
 
-def test_a_recomputed_fallback_is_always_a_flag(tmp_path):
-    job = job_on(tmp_path, [])
-    result = fresh_result()
-    job._check_kv_loads(result, RECOVERED + FAILING)
-    recomputed, failed = result.flags
+def test_tcp_that_ucx_tls_does_not_name_is_a_fallback_flag(tmp_path):
+    instances, transport = pd_instances(tmp_path, [])
+    used = {i.name: {"read": ["tcp/eth0"], "write": []} for i in instances}
+    fallback = flags.transport_flags(instances, used, transport)
+    assert len(fallback) == 2 and "TCP, though UCX_TLS=" in fallback[0]
+    for inst in instances:
+        inst.env["UCX_TLS"] = "tcp"  # asked for on purpose: not a fallback
+    assert flags.transport_flags(instances, used, transport) == []
+
+
+def test_a_recomputed_fallback_is_always_a_flag():
+    recomputed, failed = flags.kv_load_flags(RECOVERED + FAILING)
     assert recomputed.startswith("2 request(s) recomputed KV that failed to load")
     assert "kv_load_failure_policy=recompute" in recomputed
     assert failed.startswith("1 request(s) failed because their KV did not load")
-    result = fresh_result()
-    job._check_kv_loads(result, "INFO all fine\n")
-    assert result.flags == []
+    assert flags.kv_load_flags("INFO all fine\n") == []
+
+
+def test_failed_transfers_late_reads_and_a_slow_link_are_flagged(tmp_path):
+    _, transport = pd_instances(tmp_path, [])
+    assert flags.transfer_flags(TransferTotals(), "recompute", transport) == []
+    failed, late = flags.transfer_flags(
+        TransferTotals(failed=2, read_after_expiry=1), "fail", transport
+    )
+    assert failed.startswith("2 KV transfer(s) failed") and "failed their requests" in failed
+    assert late.startswith("1 KV read(s) arrived after the owner's lease had expired")
+    transport.expected_gb_s = 10.0
+    (slow,) = flags.transfer_flags(TransferTotals(bytes=1e9, seconds=10.0), "fail", transport)
+    assert slow.startswith("KV moved at 0.10 GB/s, under 10% of the 10 GB/s")
+    assert flags.transfer_flags(TransferTotals(bytes=1e9, seconds=0.5), "fail", transport) == []
+
+
+def test_turns_without_d_params_and_expired_leases_are_flagged():
+    assert flags.handoff_flags({}) == [] and flags.handoff_flags({"missing_params": 0}) == []
+    (missing,) = flags.handoff_flags({"missing_params": 3})
+    assert missing.startswith("3 turn(s) got no KV params from D")
+    line = (
+        "Releasing expired KV blocks for request cmpl-pdb-p1-t2-0123-p-0-1a which were "
+        "retrieved by 0 remote worker(s) before lease expired."
+    )
+    (stalled,) = flags.lease_flags([line, line], "p1")
+    assert stalled.startswith("2 prefill request(s) of this point had their KV lease expire")
+    assert flags.lease_flags([line], "p2") == []
 
 
 def test_expired_unread_leases_count_only_this_points_requests():

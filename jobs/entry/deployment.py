@@ -1,0 +1,62 @@
+"""The deployment job's entry: what the driver submits for one Deployment, all it pickles.
+
+``DeploymentJob`` holds the Deployment, its Points, its launch spec, the tracking config and
+the composed config, nothing else: submitit pickles it to every task, and again at
+``checkpoint()`` for a requeue. Calling it runs ``jobs.run.task`` on the task; that import
+happens there, never in the driver.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import submitit
+
+from pdbench.config.schema import TrackingConfig
+from pdbench.plan.deployments import Deployment, Point
+from pdbench.spec.launch import DeploymentSpec
+
+
+@dataclass
+class DeploymentJob:
+    """A picklable submitit callable for one Deployment: runs its launch spec."""
+
+    deployment: Deployment
+    points: list[Point]
+    spec: DeploymentSpec
+    tracking: TrackingConfig
+    run_config: dict[str, Any]  # the composed config as JSON, for the tracker
+    # The task's run while ``__call__`` runs (its live servers): not part of what was
+    # submitted, never pickled (``checkpoint`` pickles ``restart()``).
+    running: Any = field(default=None, init=False, repr=False, compare=False)
+
+    def __call__(self) -> dict[str, Any]:
+        from jobs.run import task  # lazy: node runtime, loaded on the allocation only
+
+        self.running = task.DeploymentTask(
+            self.deployment, self.points, self.spec, self.tracking, self.run_config
+        )
+        return self.running()
+
+    def checkpoint(self, *args, **kwargs) -> submitit.helpers.DelayedSubmission:
+        """What submitit pickles at USR2 (time limit near, or a preemption notice) before it
+        requeues the job and exits: this job as submitted (``restart``), never the live
+        servers (a lock in each ``Popen``: cannot be pickled). The requeue then SIGTERMs the
+        job: from here that must not cut the teardown short."""
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        if self.running is not None:
+            self.running.leave("time limit near or preemption notice (USR2)")
+        # os.write, not print: a signal handler may interrupt a print (reentrant call).
+        os.write(
+            1,  # stdout: the job's log
+            b"[pdbench] time limit near or preemption notice: checkpointed; the requeued job "
+            b"starts the servers again and measures the Points not recorded ok\n",
+        )
+        return submitit.helpers.DelayedSubmission(self.restart())
+
+    def restart(self) -> DeploymentJob:
+        """This job as submitted: the Deployment, its Points, the launch spec, no state."""
+        return replace(self)
