@@ -15,7 +15,6 @@ from pathlib import Path
 
 from pdbench.config.problems import ConfigProblem, Problems
 from pdbench.config.schema import ExecutorKind, RunConfig
-from pdbench.plan.deployments import place_instances
 from pdbench.spec.containers import RESERVED_SRUN_OPTIONS, option_name, parse_mount
 from pdbench.spec.ucx import (
     AM_PEER_FAILURE_TRANSPORTS,
@@ -23,6 +22,7 @@ from pdbench.spec.ucx import (
     lacks_connectable_am,
     parse_tls,
 )
+from pdbench.validate.kv_path import KV_PATH_RULES
 from pdbench.validate.model_memory import fits, gpu_need, max_model_len_that_fits
 from pdbench.validate.model_source import (
     hub_cache,
@@ -33,8 +33,6 @@ from pdbench.validate.model_source import (
 )
 
 ISSUE_NO_AM = "NIXL #1413"
-# Transports that only reach processes of the same host.
-INTRA_NODE_TRANSPORTS = frozenset({"cuda_ipc", "posix", "sysv", "xpmem", "cma", "knem", "self"})
 
 
 def check_ucx_transports(cfg: RunConfig) -> list[ConfigProblem]:
@@ -61,33 +59,6 @@ def check_ucx_transports(cfg: RunConfig) -> list[ConfigProblem]:
             "add one of them to ucx_tls, or pick the transport config that matches ucx_tls",
         )
     return out
-
-
-def check_kv_stays_on_node(cfg: RunConfig) -> list[ConfigProblem]:
-    """A transport that only moves KV inside a node (NVLink/CUDA IPC, shared memory) needs
-    every prefill instance on the same node as every decode instance."""
-    expected = expand(cfg.transport.expected_ucx_transports)
-    if not expected or not expected <= INTRA_NODE_TRANSPORTS or not _has_pd(cfg):
-        return []
-    if not _plannable(cfg):
-        return []
-    instances, _ = place_instances(cfg)
-    p_nodes = sorted({i.node for i in instances if i.role == "prefill"})
-    d_nodes = sorted({i.node for i in instances if i.role == "decode"})
-    if p_nodes == d_nodes and len(p_nodes) == 1:
-        return []
-    t, topo = cfg.transport, cfg.topology
-    return [
-        ConfigProblem(
-            "transport",
-            t.name,
-            f"moves KV only inside a node ({', '.join(sorted(expected))}) but topology "
-            f"'{topo.name}' ({topo.placement.name}) puts prefill on node(s) {p_nodes} and "
-            f"decode on node(s) {d_nodes}: UCX would fall back to a slower path or fail",
-            "transport=rdma (or tcp) for KV across nodes, or a same_node topology that fits "
-            f"one node's {cfg.cluster.gpus_per_node} GPUs",
-        )
-    ]
 
 
 def check_weights_fit(cfg: RunConfig) -> list[ConfigProblem]:
@@ -212,10 +183,6 @@ def _shared_model_dir(cfg: RunConfig) -> list[ConfigProblem]:
     ]
 
 
-def _has_pd(cfg: RunConfig) -> bool:
-    return cfg.topology.prefill.count >= 1 and cfg.topology.decode.count >= 1
-
-
 def _plannable(cfg: RunConfig) -> bool:
     """Counts and TP sizes sane enough to place instances (other rules report the rest)."""
     topo, c = cfg.topology, cfg.cluster
@@ -293,7 +260,7 @@ def check_containers(cfg: RunConfig) -> list[ConfigProblem]:
 
 GPU_RULES = (
     check_ucx_transports,
-    check_kv_stays_on_node,
+    *KV_PATH_RULES,
     check_weights_fit,
     check_model_reachable,
     check_containers,

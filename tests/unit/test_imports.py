@@ -50,6 +50,7 @@ CORE = {
     "pdbench.validate.capacity",
     "pdbench.spec.server_flags",
     "pdbench.validate.gpu",
+    "pdbench.validate.kv_path",
     "pdbench.spec.containers",
     "pdbench.validate.model_memory",
     "pdbench.validate.model_source",

@@ -11,8 +11,9 @@ import pytest
 from pdbench.config.schema import ExecutorKind, Placement
 from pdbench.spec.containers import srun_args
 from pdbench.validate.gpu import check_model_reachable
+from pdbench.validate.kv_path import same_node_path
 from pdbench.validate.rules import validate
-from tests.unit.helpers import gpu_run
+from tests.unit.helpers import cpu_run, gpu_run
 from tests.unit.test_validate import only, problems_for
 
 pytestmark = pytest.mark.unit
@@ -205,3 +206,52 @@ def test_a_slurm_model_dir_missing_from_the_shared_filesystem_is_rejected(tmp_pa
     assert problems_for(cfg, "model.path") == []
     cfg.model.path = "/nonexistent-mount/models/x"  # not visible here: the preflight's job
     assert problems_for(cfg, "model.path") == []
+
+
+def rdma(cfg, ucx_tls="rc,cuda_copy,cuda_ipc"):
+    cfg.transport.name = "rdma"
+    cfg.transport.ucx_tls = ucx_tls
+    cfg.transport.expected_ucx_transports = ["rc"]
+    return cfg
+
+
+def test_rdma_with_p_and_d_on_one_node_is_refused_with_the_cross_node_fix():
+    # UCX moves KV between two processes of one node over cuda_ipc when UCX_TLS allows it:
+    # the run would report NVLink as "rdma".
+    cfg = rdma(gpu_run())
+    cfg.topology.name = "1p1d"
+    problem = only(cfg, "transport", "rdma", "puts P and D on one node", "over cuda_ipc")
+    assert "call it rdma" in problem.message
+    assert problem.fix.startswith("topology=1p1d_cross and cluster.nodes=2 to measure rdma")
+    assert "transport=nvlink" in problem.fix
+    cfg.topology.name, cfg.topology.placement, cfg.cluster.nodes = "x", Placement.cross_node, 2
+    assert validate(cfg) == []
+
+
+def test_rdma_on_one_node_passes_when_ucx_tls_leaves_it_no_node_local_path():
+    # UCX_TLS=rc,tcp: rc (HCA loopback) is what carries the KV, as the config says.
+    assert validate(rdma(gpu_run(), ucx_tls="rc,tcp")) == []
+
+
+def test_rdma_refused_for_a_same_node_topology_names_the_placement_override():
+    cfg = rdma(gpu_run(p=2, d=2, nodes=2))
+    cfg.topology.name = "2p2d"
+    problem = only(cfg, "transport", "rdma", "P node 0 -> D node 0")
+    assert problem.fix.startswith("topology.placement=cross_node to measure rdma")
+
+
+def test_tcp_on_one_host_is_what_carries_the_kv():
+    cfg = cpu_run()
+    cfg.transport.name, cfg.transport.ucx_tls = "tcp", "tcp"
+    cfg.transport.expected_ucx_transports = ["tcp"]
+    assert problems_for(cfg, "transport") == []
+    cfg.transport.ucx_tls = ""  # UCX's choice: shared memory on one host
+    only(cfg, "transport", "tcp", "over cma", "transport=dram")
+
+
+def test_same_node_path_per_memory_kind():
+    assert same_node_path("cuda", "rc,cuda_copy,cuda_ipc") == "cuda_ipc"
+    assert same_node_path("cuda", "rc,cuda_copy") == ""
+    assert same_node_path("cpu", "") == "cma"
+    assert same_node_path("cpu", "^cma,knem,xpmem") == "posix"
+    assert same_node_path("cpu", "tcp") == ""
