@@ -86,11 +86,16 @@ class ClusterConfig:
     # checkpoints, requeues itself and stops its servers; the requeued job measures the
     # Points not recorded ok. 0: 120 s, at most half the limit. Give it the teardown's time.
     signal_delay_s: int = 0
-    cpus_per_task: int = 0  # 0: all of the node's cores
+    # sbatch/srun --cpus-per-task of the one task per node; 0: cpus_per_node, else (whole
+    # nodes: exclusive or GPUs) every core SLURM allocates on the node.
+    cpus_per_task: int = 0
     mem_gb: int = 0  # 0: SLURM's default
     constraint: str = ""
     exclusive: bool = False
     array_parallelism: int = 4
+    # sbatch --wckey; "": none (submitit would write --wckey=submitit, which sites that
+    # enforce wckeys reject).
+    wckey: str = ""
     additional_parameters: dict[str, Any] = field(default_factory=dict)
     setup: list[str] = field(default_factory=list)
     env: dict[str, str] = field(default_factory=dict)

@@ -24,6 +24,11 @@ from pdbench.spec import containers
 SIGNAL_DELAY_S = 120
 
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+# With cluster.cpus_per_task 0 on whole nodes (exclusive, or GPU nodes): srun gives each task
+# every core SLURM allocated on the node (srun reads SRUN_CPUS_PER_TASK; the batch script
+# knows the node's count at run time), instead of a number fixed in the config that the next
+# site's nodes do not have.
+ALL_CORES_SETUP = "export SRUN_CPUS_PER_TASK=${SLURM_CPUS_ON_NODE}"
 
 
 def signal_delay_s(time_limit_min: int, configured_s: int = 0) -> int:
@@ -60,6 +65,9 @@ def slurm_parameters(cluster: ClusterConfig, nodes: int, job_name: str) -> dict[
     }
     if cluster.gpus_per_node:
         params["gpus_per_node"] = cluster.gpus_per_node
+    # submitit writes "#SBATCH --wckey=submitit" unless told None: sites that enforce
+    # wckeys reject it. Only a configured wckey goes to SLURM.
+    params["wckey"] = cluster.wckey or None
     cpus = cluster.cpus_per_task or cluster.cpus_per_node
     srun: list[str] = []
     if cpus:
@@ -78,10 +86,13 @@ def slurm_parameters(cluster: ClusterConfig, nodes: int, job_name: str) -> dict[
             params[key] = value
     if cluster.exclusive:
         params["exclusive"] = True
-    # A requeued job appends to its logs (SLURM's default truncates them at the restart):
-    # every attempt stays readable. cluster.additional_parameters may say otherwise.
-    params["additional_parameters"] = {"open_mode": "append", **cluster.additional_parameters}
+    # submitit writes --open-mode=append itself (a requeued job appends to its logs); only
+    # the site's own extra options go here.
+    if cluster.additional_parameters:
+        params["additional_parameters"] = dict(cluster.additional_parameters)
     setup = list(cluster.setup) + env_exports(dict(cluster.env))
+    if not cpus and (cluster.exclusive or cluster.gpus_per_node):
+        setup.append(ALL_CORES_SETUP)
     if setup:
         params["setup"] = setup
     return params

@@ -39,7 +39,7 @@ def test_minimal_slurm_parameters() -> None:
         "signal_delay_s": sbatch.SIGNAL_DELAY_S,
         "array_parallelism": 4,
         "partition": "p",
-        "additional_parameters": {"open_mode": "append"},  # a requeue keeps the first logs
+        "wckey": None,  # submitit's "submitit" would be rejected where wckeys are enforced
     }
 
 
@@ -65,10 +65,7 @@ def test_every_cluster_field_maps_to_slurm() -> None:
     assert (params["account"], params["qos"], params["constraint"]) == ("acct", "high", "h100")
     assert params["exclusive"] is True
     assert params["array_parallelism"] == 3
-    assert params["additional_parameters"] == {
-        "open_mode": "append",
-        "gres-flags": "enforce-binding",
-    }
+    assert params["additional_parameters"] == {"gres-flags": "enforce-binding"}
     assert params["setup"] == [
         "module load cuda",
         "export NCCL_IB_HCA=mlx5",
@@ -246,3 +243,26 @@ def test_submitit_is_the_version_whose_private_api_pdbench_uses() -> None:
         assert hasattr(SlurmStateWatcher(), name), name
     assert callable(submitit.slurm.slurm._make_sbatch_string)
     assert callable(submitit.slurm.slurm.SlurmExecutor._internal_process_submissions)
+
+
+def test_sbatch_has_no_wckey_unless_the_cluster_names_one() -> None:
+    text = sbatch.sbatch_script(slurm_cluster(), 1, "j", "/RUN/submitit")
+    assert "wckey" not in text
+    text = sbatch.sbatch_script(slurm_cluster(wckey="proj-7"), 1, "j", "/RUN/submitit")
+    assert "#SBATCH --wckey=proj-7" in text
+
+
+def test_sbatch_says_open_mode_append_once() -> None:
+    text = sbatch.sbatch_script(slurm_cluster(), 1, "j", "/RUN/submitit")
+    assert text.count("--open-mode=append") == 1  # a requeued job appends to its logs
+
+
+def test_whole_nodes_give_the_task_every_core_slurm_allocates() -> None:
+    for cluster in (slurm_cluster(exclusive=True), slurm_cluster(gpus_per_node=8)):
+        params = executor_parameters(cluster, nodes=2, job_name="j")
+        assert "cpus_per_task" not in params
+        assert params["setup"][-1] == "export SRUN_CPUS_PER_TASK=${SLURM_CPUS_ON_NODE}"
+    shared = executor_parameters(slurm_cluster(), nodes=1, job_name="j")
+    assert "setup" not in shared  # a shared CPU node: SLURM's default, nothing forced
+    capped = executor_parameters(slurm_cluster(gpus_per_node=8, cpus_per_task=64), 1, "j")
+    assert capped["cpus_per_task"] == 64 and "setup" not in capped
