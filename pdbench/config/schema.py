@@ -254,6 +254,10 @@ class ServerConfig:
     startup_timeout_s: float = 1800.0
     base_port: int = 8100
     side_channel_base_port: int = 5600
+    # VLLM_PORT of instance i: vllm_base_port + 16 * i, where vLLM's own ports start (torch
+    # distributed init of TP ranks...). Unset, each server takes a free port and releases it
+    # before binding: two TP > 1 servers starting at once on one node can pick the same.
+    vllm_base_port: int = 19000
     router_port: int = 8000
     # What vLLM does when a KV pull fails (e.g. the peer's lease on the blocks ran out):
     # "fail" the request (vLLM's default, an HTTP 500: what GPU clusters use, so that a broken

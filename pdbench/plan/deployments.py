@@ -15,7 +15,8 @@ decode instances on the nodes after them. On CPU each TP rank gets its own cores
 cores in proportion to its ranks and its ranks share those (``share_budgets``).
 Ports: instance ``i`` (global order) listens on ``server.base_port + i`` and its NIXL side
 channel on ``server.side_channel_base_port + 64 * i`` (vLLM 0.32's scheduler answers there
-for every rank; the stride leaves room).
+for every rank; the stride leaves room); vLLM's own ports (``VLLM_PORT``) start at
+``server.vllm_base_port + 16 * i``, so that servers starting at once never race for one.
 """
 
 from __future__ import annotations
@@ -44,6 +45,7 @@ from pdbench.plan import run_order
 from pdbench.plan.identity import flow_knobs, measured
 
 SIDE_CHANNEL_STRIDE = 64
+VLLM_PORT_STRIDE = 16  # ports of one instance's VLLM_PORT range (vLLM scans up from there)
 PD_FLOWS = (Flow.recompute, Flow.pull, Flow.decode_first)
 
 
@@ -60,6 +62,7 @@ class Instance:
     cpus: tuple[int, ...]  # cores it is pinned to (CPU builds), rank 0's first
     http_port: int
     side_channel_port: int
+    vllm_port: int = 0  # VLLM_PORT: where vLLM's own ports start; 0: unset (vLLM picks)
 
     def rank_cpus(self) -> list[tuple[int, ...]]:
         """The cores of each TP rank: ``cpus`` cut into ``tp`` equal slices, in rank order."""
@@ -256,6 +259,7 @@ def place_instances(cfg: RunConfig) -> tuple[list[Instance], int]:
                 cpus=cpus,
                 http_port=cfg.server.base_port + index,
                 side_channel_port=cfg.server.side_channel_base_port + SIDE_CHANNEL_STRIDE * index,
+                vllm_port=cfg.server.vllm_base_port + VLLM_PORT_STRIDE * index,
             )
         )
         previous_role = role

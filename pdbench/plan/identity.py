@@ -16,7 +16,8 @@ topology   every field (roles, TP, placement)
 transport  backends, memory kind, UCX settings, env      expected_ucx_transports, expected_gb_s
                                                          (checks and flags, not the transfer)
 server     vLLM flags, KV space, threads, env, extra     startup_timeout_s, base_port,
-           args, kv_load_failure_policy                  side_channel_base_port, router_port
+           args, kv_load_failure_policy                  side_channel_base_port, router_port,
+                                                         vllm_base_port
 flow       kv_recompute_threshold, decoder_kv_blocks_   kv_sample_period_s (how often D's KV
            ttl_s, kv_tail (D waits out the TTL after    occupancy is read, not what D does)
            each Point); for decode_first Points also
@@ -45,7 +46,13 @@ MEASURED_SECTIONS = ("model", "topology", "transport", "server", "flow", "worklo
 OPERATIONAL: dict[str, frozenset[str]] = {
     "transport": frozenset({"expected_ucx_transports", "expected_gb_s"}),
     "server": frozenset(
-        {"startup_timeout_s", "base_port", "side_channel_base_port", "router_port"}
+        {
+            "startup_timeout_s",
+            "base_port",
+            "side_channel_base_port",
+            "router_port",
+            "vllm_base_port",
+        }
     ),
     "workload": frozenset({"request_timeout_s"}),
     "flow": frozenset({"kv_sample_period_s"}),

@@ -134,6 +134,8 @@ def serve_env(
         "VLLM_NIXL_SIDE_CHANNEL_PORT": str(instance.side_channel_port),
         "PYTHONUNBUFFERED": "1",
     }
+    if instance.vllm_port:  # vLLM's own ports, reserved per instance (plan.deployments)
+        env["VLLM_PORT"] = str(instance.vllm_port)
     if instance.gpus:
         env["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in instance.gpus)
     else:

@@ -30,7 +30,12 @@ from pathlib import Path
 
 from pdbench.config.problems import ConfigError, ConfigProblem, Problems, Rule
 from pdbench.config.schema import Command, ExecutorKind, Flow, Placement, RunConfig
-from pdbench.plan.deployments import PD_FLOWS, SIDE_CHANNEL_STRIDE, place_instances
+from pdbench.plan.deployments import (
+    PD_FLOWS,
+    SIDE_CHANNEL_STRIDE,
+    VLLM_PORT_STRIDE,
+    place_instances,
+)
 from pdbench.plan.lengths import LENGTH_DISTRIBUTIONS, max_length
 from pdbench.spec import server_flags
 from pdbench.validate import capacity
@@ -476,6 +481,7 @@ def check_ports(cfg: RunConfig) -> list[ConfigProblem]:
         "server.base_port": (s.base_port, s.base_port + n),
         "server.side_channel_base_port": (s.side_channel_base_port, side_end),
         "server.router_port": (s.router_port, s.router_port + 1),
+        "server.vllm_base_port": (s.vllm_base_port, s.vllm_base_port + VLLM_PORT_STRIDE * n),
     }
     for name, (lo, hi) in ranges.items():
         if lo < 1 or hi - 1 > 65535:
@@ -490,7 +496,8 @@ def check_ports(cfg: RunConfig) -> list[ConfigProblem]:
                     blo,
                     f"range {blo}-{bhi - 1} overlaps {a} range {alo}-{ahi - 1} "
                     f"({n} instances; instance i: http base_port+i, NIXL side channel "
-                    f"side_channel_base_port+{SIDE_CHANNEL_STRIDE}*i+rank)",
+                    f"side_channel_base_port+{SIDE_CHANNEL_STRIDE}*i+rank, vLLM's own "
+                    f"vllm_base_port+{VLLM_PORT_STRIDE}*i on)",
                     f"move {b} outside {alo}-{ahi - 1}",
                 )
     return out

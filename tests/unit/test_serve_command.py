@@ -94,3 +94,14 @@ def test_gpu_rdma_heterogeneous_tp():
     assert env["UCX_TLS"] == "rc,cuda_copy"
     assert env["VLLM_NIXL_SIDE_CHANNEL_HOST"] == "10.0.0.5"
     assert json.loads(_flag(cmd, "--kv-transfer-config"))["kv_buffer_device"] == "cuda"
+
+
+def test_each_instance_gets_its_own_vllm_port_range():
+    # Two TP 4 servers starting at once on one node: without VLLM_PORT each takes a free
+    # port for its torch distributed init and releases it before binding, and both can
+    # draw the same one. Each instance's range starts 16 ports after the previous one.
+    dep = make_plan(gpu_run(p_tp=4, d_tp=4)).deployments[0]
+    p, d = dep.instances
+    ports = [int(serve_env(dep, i, "h", "", "/tr")["VLLM_PORT"]) for i in (p, d)]
+    assert ports == [19000, 19016]
+    assert p.node == d.node

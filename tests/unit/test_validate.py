@@ -254,6 +254,9 @@ def test_port_ranges_must_not_overlap():
     cfg = cpu_run()
     cfg.server.base_port = 65535
     only(cfg, "server.base_port", 65535, "outside 1-65535")
+    cfg = cpu_run()
+    cfg.server.vllm_base_port = 8090  # two instances: vLLM's own ports 8090-8121
+    only(cfg, "server.vllm_base_port", 8090, "overlaps server.base_port range 8100-8101")
 
 
 def test_tracking_mode():
