@@ -1,4 +1,4 @@
-"""Cost models fitted to measurements, with 95% intervals on their parameters (pure numpy).
+"""Cost models fitted to measurements, with 95% intervals on their parameters (numpy, scipy).
 
 - recompute: ``TTFT(n) = c0 + c1 n + c2 n^2`` over ``n`` prompt tokens computed (a fixed
   cost, the per-token matmuls, the attention term), coefficients non-negative;
@@ -12,19 +12,19 @@ scale.
 Parameter intervals: the samples come in clusters (the waves of one Point, the transfers of
 one Point) that are resampled as wholes (a pairs bootstrap of the regression, Freedman
 1981, with ``stats.bootstrap_interval``'s Rao-Wu weights), the NNLS solved for every
-replicate at once; ``estimate +- t * se``, the lower bound clipped at 0 (the parameters are
+replicate; ``estimate +- t * se``, the lower bound clipped at 0 (the parameters are
 non-negative). Degrees of freedom: samples - parameters; a fit with fewer than
 ``MIN_DF`` makes no prediction (it passes through its points whatever their noise).
 """
 
 from __future__ import annotations
 
-import itertools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
+from scipy.optimize import nnls as _nnls
 
 from analysis.stats import bootstrap_interval
 
@@ -34,35 +34,12 @@ POOR_R2 = 0.5  # a fit below this gets a note
 
 
 def nnls(a: np.ndarray, y: np.ndarray) -> np.ndarray:
-    """Exact non-negative least squares for a few columns (every active set is tried)."""
-    ata, aty = a.T @ a, a.T @ y
-    coef = nnls_normal(ata[None], aty[None], np.array([float(y @ y)]))
-    return coef[0]
-
-
-def nnls_normal(ata: np.ndarray, aty: np.ndarray, yty: np.ndarray) -> np.ndarray:
-    """NNLS of B problems at once from their normal equations (B, p, p), (B, p), (B,).
-
-    The solution is the unconstrained least squares on some set of columns with every
-    coefficient >= 0, and the best of those: every set is tried (2^p - 1 of them)."""
-    b, p = aty.shape
-    best = np.zeros((b, p))
-    best_err = yty.astype(float).copy()
-    for k in range(1, p + 1):
-        for subset in itertools.combinations(range(p), k):
-            idx = list(subset)
-            sub = ata[:, idx][:, :, idx]
-            rhs = aty[:, idx]
-            ok = np.abs(np.linalg.det(sub)) > 1e-300
-            coef = np.zeros((b, k))
-            if ok.any():
-                coef[ok] = np.linalg.solve(sub[ok], rhs[ok][..., None])[..., 0]
-            err = yty - np.einsum("bk,bk->b", coef, rhs)
-            better = ok & (coef >= 0).all(axis=1) & (err < best_err - 1e-15 * np.maximum(1, yty))
-            best[better] = 0.0
-            best[np.ix_(better, idx)] = coef[better]
-            best_err = np.where(better, err, best_err)
-    return best
+    """Non-negative least squares (``scipy.optimize.nnls``), on columns scaled to unit norm
+    (a constant, tokens and tokens^2 differ by 10^9)."""
+    a = np.asarray(a, float)
+    norm = np.linalg.norm(a, axis=0)
+    norm = np.where(norm > 0, norm, 1.0)
+    return _nnls(a / norm, np.asarray(y, float))[0] / norm
 
 
 @dataclass
@@ -110,16 +87,11 @@ def _fit(cols: list[np.ndarray], y: np.ndarray, clusters: np.ndarray):
     aw, yw = a * w[:, None], y * w
     _, cl = np.unique(clusters, return_inverse=True)
     g = int(cl.max()) + 1
-    ata_g = np.zeros((g, a.shape[1], a.shape[1]))
-    np.add.at(ata_g, cl, aw[:, :, None] * aw[:, None, :])
-    aty_g, yty_g = np.zeros((g, a.shape[1])), np.zeros(g)
-    np.add.at(aty_g, cl, aw * yw[:, None])
-    np.add.at(yty_g, cl, yw**2)
 
     def stat(weights: np.ndarray) -> np.ndarray:
-        return nnls_normal(
-            np.einsum("bg,gij->bij", weights, ata_g), weights @ aty_g, weights @ yty_g
-        )
+        # a cluster drawn k times weighs its rows' squared residuals k times
+        root = np.sqrt(weights[:, cl])
+        return np.array([nnls(aw * r[:, None], yw * r) for r in root])
 
     spread = bootstrap_interval(stat, np.zeros(g, int), n_boot=1000, seed=0)
     low, high = spread.bounds()

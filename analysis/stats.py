@@ -1,4 +1,4 @@
-"""Intervals for paired, repeated measurements (pure numpy, seeded).
+"""Intervals for paired, repeated measurements (numpy and scipy's t, seeded).
 
 The independent unit is the **repetition**: one Point per flow at a (deployment, workload
 kind, history length), measured with fresh conversations and their own cache salt. Its
@@ -43,7 +43,6 @@ With one repetition in a stratum its spread is unknown: no interval ("undetermin
 
 from __future__ import annotations
 
-import functools
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -51,6 +50,7 @@ from enum import StrEnum
 from statistics import NormalDist
 
 import numpy as np
+from scipy.stats import t as _student
 
 LEVEL = 0.95
 POWER = 0.80
@@ -69,76 +69,13 @@ class Status(StrEnum):
 # ---- distributions ---------------------------------------------------------------------------
 
 
-def _betacf(a: float, b: float, x: float) -> float:
-    """Continued fraction of the regularized incomplete beta (modified Lentz)."""
-    tiny = 1e-300
-    qab, qap, qam = a + b, a + 1.0, a - 1.0
-    c, d = 1.0, 1.0 - qab * x / qap
-    d = 1.0 / (d if abs(d) > tiny else tiny)
-    h = d
-    for m in range(1, 300):
-        m2 = 2 * m
-        aa = m * (b - m) * x / ((qam + m2) * (a + m2))
-        d = 1.0 + aa * d
-        d = 1.0 / (d if abs(d) > tiny else tiny)
-        c = 1.0 + aa / c
-        c = c if abs(c) > tiny else tiny
-        h *= d * c
-        aa = -(a + m) * (qab + m) * x / ((a + m2) * (qap + m2))
-        d = 1.0 + aa * d
-        d = 1.0 / (d if abs(d) > tiny else tiny)
-        c = 1.0 + aa / c
-        c = c if abs(c) > tiny else tiny
-        delta = d * c
-        h *= delta
-        if abs(delta - 1.0) < 1e-14:
-            break
-    return h
-
-
-def _betainc(a: float, b: float, x: float) -> float:
-    """Regularized incomplete beta ``I_x(a, b)``."""
-    if x <= 0.0:
-        return 0.0
-    if x >= 1.0:
-        return 1.0
-    ln = math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b) + a * math.log(x)
-    front = math.exp(ln + b * math.log1p(-x))
-    if x < (a + 1.0) / (a + b + 2.0):
-        return front * _betacf(a, b, x) / a
-    return 1.0 - front * _betacf(b, a, 1.0 - x) / b
-
-
-def t_cdf(t: float, df: float) -> float:
-    """Student-t CDF (any real ``df > 0``; ``inf``: the normal)."""
-    if math.isinf(df):
-        return NormalDist().cdf(t)
-    tail = 0.5 * _betainc(df / 2.0, 0.5, df / (df + t * t))
-    return 1.0 - tail if t > 0 else tail
-
-
 def t_quantile(p: float, df: float) -> float:
-    """Student-t quantile by bisection on ``t_cdf`` (1e-10)."""
+    """Student-t quantile (``scipy.stats.t``; ``df`` inf: the normal; nan for df <= 0)."""
     if not 0.0 < p < 1.0:
         raise ValueError(f"p={p} must be in (0, 1)")
-    if math.isinf(df) or df > 1e7:
-        return NormalDist().inv_cdf(p)
-    if df <= 0 or not math.isfinite(df):
+    if not df > 0:
         return math.nan
-    if p < 0.5:
-        return -t_quantile(1.0 - p, df)
-    lo, hi = 0.0, 1.0
-    while t_cdf(hi, df) < p:
-        hi *= 2.0
-    for _ in range(200):
-        mid = 0.5 * (lo + hi)
-        if t_cdf(mid, df) < p:
-            lo = mid
-        else:
-            hi = mid
-        if hi - lo < 1e-10 * max(1.0, hi):
-            break
-    return 0.5 * (lo + hi)
+    return float(_student.ppf(p, df)) if math.isfinite(df) else NormalDist().inv_cdf(p)
 
 
 def t_crit(df: float, level: float = LEVEL) -> float:
@@ -147,24 +84,10 @@ def t_crit(df: float, level: float = LEVEL) -> float:
 
 
 def t_crits(df: np.ndarray, level: float = LEVEL) -> np.ndarray:
-    """``t_crit`` for an array of dfs (nan where df <= 0 or nan): interpolated in ``1/df``
-    on a table of exact values (error < 1e-4 for df >= 1; a band asks for hundreds)."""
-    inv_grid, table = _t_table(level)
+    """``t_crit`` for an array of dfs (nan where df <= 0 or nan; inf: the normal's)."""
     d = np.asarray(df, float)
-    inv = np.where(d > 0, 1.0 / np.where(d > 0, d, 1.0), np.nan)
-    out = np.interp(np.clip(inv, 0.0, inv_grid[-1]), inv_grid, table)
-    small = np.isfinite(inv) & (inv > inv_grid[-1])  # df < 0.5: exact, rare
-    for i in np.nonzero(small.ravel())[0]:
-        out.flat[i] = t_quantile(0.5 + level / 2.0, float(d.flat[i]))
-    return np.where(np.isfinite(inv), out, np.nan)
-
-
-@functools.cache
-def _t_table(level: float) -> tuple[np.ndarray, np.ndarray]:
-    """Exact quantiles at 1/df = 0 .. 2 (df = inf .. 0.5), denser towards small df."""
-    inv = np.concatenate([np.linspace(0.0, 0.1, 41)[:-1], np.linspace(0.1, 2.0, 400)])
-    p = 0.5 + level / 2.0
-    return inv, np.array([t_quantile(p, 1.0 / i if i > 0 else math.inf) for i in inv])
+    ok = d > 0  # nan compares False
+    return np.where(ok, _student.ppf(0.5 + level / 2.0, np.where(ok, d, 1.0)), np.nan)
 
 
 def rate_tolerance(p: float, n: int, sigmas: float = CALIBRATION_SIGMAS) -> float:
