@@ -46,7 +46,7 @@ class ThresholdAdvice:
         if self.status is not Status.DECIDED:
             return f"not determined ({self.why})"
         if self.value is None:
-            return f"none: do not pull ({self.why})"
+            return f"none: {self.why}"
         ci = ""
         if self.low is not None or self.high is not None:
             lo = f"{self.low:,}" if self.low is not None else "0"
@@ -83,7 +83,17 @@ def advise_threshold(m: Measured, block_size: int) -> ThresholdAdvice:
         floor = int(c.lo // block * block)
         why = "pull was faster at every measured length: the shortest, rounded down"
         return ThresholdAdvice(floor, Status.DECIDED, why, None, floor)
-    why = f"recompute was faster at every measured length, up to {c.hi:,.0f} tokens"
+    if c.shape is Shape.RECOMPUTE_EVERYWHERE:
+        why = (
+            f"do not pull (recompute was faster at every measured length, up to {c.hi:,.0f} tokens)"
+        )
+        return ThresholdAdvice(None, Status.DECIDED, why)
+    # pull faster only below a length, or the sign changes more than once: a threshold pulls
+    # every history from a length on, so no value of it follows the measured saving
+    why = (
+        f"{c.describe()}; kv_recompute_threshold pulls every history from a length on, "
+        "so no value of it matches this"
+    )
     return ThresholdAdvice(None, Status.DECIDED, why)
 
 

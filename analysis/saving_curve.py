@@ -26,7 +26,7 @@ only: an interval that reaches either end "leaves the measured range" (inconclus
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import StrEnum
 
 import numpy as np
@@ -43,7 +43,9 @@ SEARCH = 4.0  # the fitted curve's root is looked for up to SEARCH x the longest
 
 
 class Shape(StrEnum):
-    CROSSING = "crossing"
+    CROSSING = "crossing"  # recompute faster below, pull faster above
+    FALLING = "pull_faster_below"  # pull faster below, recompute faster above
+    MIXED = "changes_sign_more_than_once"
     PULL_EVERYWHERE = "pull_faster_everywhere"  # at every measured length
     RECOMPUTE_EVERYWHERE = "recompute_faster_everywhere"
     NO_DATA = "no_data"
@@ -88,20 +90,27 @@ class SavingCurve:
 
     def root(self) -> float | None:
         """Where the fitted curve first turns from negative to positive, 0 .. SEARCH x max."""
-        h = np.linspace(0.0, SEARCH * self.x_max, 4001)
+        up = [h for h, rising in self.roots() if rising]
+        return up[0] if up else None
+
+    def roots(self, lo: float = 0.0, hi: float | None = None) -> list[tuple[float, bool]]:
+        """Every sign change of the fitted curve in ``lo .. hi`` (default 0 .. SEARCH x the
+        longest length): (tokens, rising), rising when it turns from <= 0 to > 0."""
+        hi = SEARCH * self.x_max if hi is None else hi
+        h = np.linspace(lo, hi, 4001)
         s = self.at(h)
-        up = np.nonzero((s[:-1] <= 0) & (s[1:] > 0))[0]
-        if not len(up):
-            return None
-        i = int(up[0])
-        a, b = h[i], h[i + 1]
-        for _ in range(60):
-            mid = 0.5 * (a + b)
-            if self.at(mid) <= 0:
-                a = mid
-            else:
-                b = mid
-        return float(b)
+        out = []
+        for i in np.nonzero((s[:-1] <= 0) != (s[1:] <= 0))[0]:
+            a, b = float(h[i]), float(h[i + 1])
+            rising = bool(s[i] <= 0)
+            for _ in range(60):
+                mid = 0.5 * (a + b)
+                if (self.at(mid) <= 0) == rising:
+                    a = mid
+                else:
+                    b = mid
+            out.append((b, rising))
+        return out
 
 
 def fit_curve(
@@ -158,13 +167,18 @@ def fit_curve(
     )
 
 
+Segment = tuple[int, float, float]  # (sign of the saving: +1 pull faster, -1 recompute), from, to
+
+
 @dataclass(frozen=True)
 class Crossover:
     """The measured crossover: an estimate, its 95% interval and the verdict.
 
     ``low``/``high`` None: open on that side (below / above the measured range).
-    ``estimate``: the fitted curve's root (None: it has none up to SEARCH x the range);
-    outside ``lo .. hi`` it is an extrapolation."""
+    ``estimate``: where the fitted curve changes sign in the direction of ``shape`` (rising
+    for a crossing, falling for ``FALLING``; None: it does not, up to SEARCH x the range);
+    outside ``lo .. hi`` it is an extrapolation. ``segments``: the stretches of the measured
+    range where the band excludes 0, with the sign of the saving there."""
 
     shape: Shape
     status: Status
@@ -177,6 +191,7 @@ class Crossover:
     requests: int = 0
     more_repetitions: int | None = None
     reason: str = ""  # why not decided, or why no data
+    segments: tuple[Segment, ...] = ()
 
     @property
     def decided(self) -> bool:
@@ -198,6 +213,16 @@ class Crossover:
         hi = f"{self.high:,.0f}" if self.high is not None else f">{self.hi:,.0f}"
         return f"[{lo}, {hi}]"
 
+    def segments_text(self) -> str:
+        """``recompute faster at 128-700 tokens, pull faster at 900-2,048``."""
+        names = {1: "pull faster", -1: "recompute faster"}
+        return ", ".join(f"{names[g]} at {a:,.0f}-{b:,.0f}" for g, a, b in self.segments)
+
+    def _where(self) -> str:
+        if self.estimate is not None:
+            return f"{self.estimate:,.0f} tokens, 95% CI {self.interval_text()}"
+        return f"between {self.interval_text()[1:-1].replace(', ', ' and ')} tokens (95%)"
+
     def describe(self) -> str:
         """One phrase: the crossover with its interval, or why there is none."""
         if self.shape is Shape.NO_DATA:
@@ -215,7 +240,11 @@ class Crossover:
             return f"below the measured range: pull faster from {self.lo:,.0f} tokens on (95%)"
         if self.shape is Shape.RECOMPUTE_EVERYWHERE:
             return f"above the measured range: recompute faster up to {self.hi:,.0f} tokens (95%)"
-        return f"{self.estimate:,.0f} tokens, 95% CI {self.interval_text()}"
+        if self.shape is Shape.FALLING:
+            return f"pull faster below {self._where()}; recompute faster above"
+        if self.shape is Shape.MIXED:
+            return f"the saving changes sign more than once: {self.segments_text()} tokens (95%)"
+        return self._where()
 
     def short(self) -> str:
         """The verdict in a few words (plot titles)."""
@@ -239,18 +268,33 @@ class Crossover:
             "requests": self.requests,
             "more_repetitions": self.more_repetitions,
             "reason": self.reason,
+            "segments": [{"sign": g, "from": a, "to": b} for g, a, b in self.segments],
             "text": self.describe(),
         }
 
 
+def _runs(sign: np.ndarray) -> list[tuple[int, int, int]]:
+    """(sign, first index, last index) of each run of equal values."""
+    cuts = np.nonzero(np.diff(sign))[0]
+    starts = np.concatenate([[0], cuts + 1])
+    ends = np.concatenate([cuts, [len(sign) - 1]])
+    return [(int(sign[a]), int(a), int(b)) for a, b in zip(starts, ends, strict=True)]
+
+
 def crossover(curve: SavingCurve | None, reason: str = "") -> Crossover:
-    """The verdict read off ``curve``'s band (module docstring)."""
+    """The verdict read off ``curve``'s band (module docstring).
+
+    Along the measured range the band says, at each length, pull faster (it excludes 0
+    above), recompute faster (below) or undecided. One change between decided signs is a
+    crossing (rising: ``CROSSING``, falling: ``FALLING``), none with both ends decided is
+    pull or recompute faster everywhere, more than one is ``MIXED``; an undecided end leaves
+    the crossover open on that side (inconclusive), and so does an undecided stretch whose
+    two sides agree (the band touches 0 without the saving changing sign)."""
     if curve is None:
         return Crossover(Shape.NO_DATA, Status.UNDETERMINED, reason=reason or "no pairs")
     grid, low, high = curve.grid, curve.low, curve.high
-    est = curve.root()
     common = dict(
-        estimate=est,
+        estimate=curve.root(),
         lo=curve.x_min,
         hi=curve.x_max,
         repetitions=curve.repetitions,
@@ -264,30 +308,48 @@ def crossover(curve: SavingCurve | None, reason: str = "") -> Crossover:
             "unknown; run 3 or more (workload.repetitions)",
             **common,
         )
-    inside = (low <= 0) & (high >= 0)
+    sign = np.where(low > 0, 1, np.where(high < 0, -1, 0))
+    runs = _runs(sign)
+    segments = tuple((g, float(grid[a]), float(grid[b])) for g, a, b in runs if g)
+    common["segments"] = segments
+    decided = [g for g, _, _ in segments]
+    flips = [(a, b) for a, b in zip(decided[:-1], decided[1:], strict=True) if a != b]
     k = len(grid)
-    if not inside.any():
-        if (low > 0).all():
-            return Crossover(
-                Shape.PULL_EVERYWHERE, Status.DECIDED, low=None, high=curve.x_min, **common
+    inside = np.nonzero(sign == 0)[0]
+    if not len(inside):
+        if not flips:
+            everywhere = Shape.PULL_EVERYWHERE if decided[0] > 0 else Shape.RECOMPUTE_EVERYWHERE
+            lo_ci, hi_ci = (None, curve.x_min) if decided[0] > 0 else (curve.x_max, None)
+            return Crossover(everywhere, Status.DECIDED, low=lo_ci, high=hi_ci, **common)
+        i = int(np.nonzero(sign[:-1] != sign[1:])[0][0])
+        lo_ci, hi_ci = float(grid[i]), float(grid[i + 1])
+    else:
+        a, b = int(inside[0]), int(inside[-1])
+        open_low, open_high = a == 0, b == k - 1
+        lo_ci = None if open_low else float(grid[a - 1])
+        hi_ci = None if open_high else float(grid[b + 1])
+        if open_low or open_high or not flips:
+            out = Crossover(Shape.CROSSING, Status.INCONCLUSIVE, low=lo_ci, high=hi_ci, **common)
+            if open_low or open_high:
+                return _inconclusive(curve, out, open_low, open_high)
+            side = "pull" if decided[0] > 0 else "recompute"
+            why = (
+                f"{side} is faster at both ends of the measured range and the saving's band "
+                f"holds 0 only between {grid[a]:,.0f} and {grid[b]:,.0f} tokens: it touches 0 "
+                "there without a decided change of sign"
             )
-        if (high < 0).all():
-            return Crossover(
-                Shape.RECOMPUTE_EVERYWHERE, Status.DECIDED, low=curve.x_max, high=None, **common
-            )
-        i = int(np.nonzero(np.sign(curve.fit[:-1]) != np.sign(curve.fit[1:]))[0][0])
-        return Crossover(
-            Shape.CROSSING, Status.DECIDED, low=float(grid[i]), high=float(grid[i + 1]), **common
-        )
-    idx = np.nonzero(inside)[0]
-    a, b = int(idx[0]), int(idx[-1])
-    open_low, open_high = a == 0, b == k - 1
-    lo_ci = None if open_low else float(grid[a - 1])
-    hi_ci = None if open_high else float(grid[b + 1])
-    if not (open_low or open_high):
-        return Crossover(Shape.CROSSING, Status.DECIDED, low=lo_ci, high=hi_ci, **common)
-    out = Crossover(Shape.CROSSING, Status.INCONCLUSIVE, low=lo_ci, high=hi_ci, **common)
-    return _inconclusive(curve, out, open_low, open_high)
+            return replace(out, reason=why)
+    if len(flips) > 1:
+        return Crossover(Shape.MIXED, Status.DECIDED, low=lo_ci, high=hi_ci, **common)
+    rising = flips[0][1] > 0
+    hull = (
+        lo_ci if lo_ci is not None else curve.x_min,
+        hi_ci if hi_ci is not None else curve.x_max,
+    )
+    roots = [h for h, up in curve.roots(*hull) if up == rising]
+    common["estimate"] = roots[0] if roots else None
+    shape = Shape.CROSSING if rising else Shape.FALLING
+    return Crossover(shape, Status.DECIDED, low=lo_ci, high=hi_ci, **common)
 
 
 def _inconclusive(curve: SavingCurve, c: Crossover, open_low: bool, open_high: bool):
@@ -300,16 +362,22 @@ def _inconclusive(curve: SavingCurve, c: Crossover, open_low: bool, open_high: b
     else:
         why = f"its 95% interval leaves the measured range ({span})"
     needed: list[int | None] = []
+    unchanged = []
     for is_open, j, sign, side in ((open_low, 0, -1, "shorter"), (open_high, -1, 1, "longer")):
         if not is_open:
             continue
         value = float(curve.fit[j])
         if value * sign <= 0:
-            why += f"; the fitted saving does not change sign there: measure {side} histories"
+            unchanged.append(side)
             needed.append(None)
             continue
         needed.append(
             repetitions_to_decide(value, float(curve.se[j]), float(curve.df[j]), curve.repetitions)
+        )
+    if unchanged:
+        why += (
+            "; the fitted saving does not change sign there: measure "
+            f"{' and '.join(unchanged)} histories"
         )
     known = [n for n in needed if n is not None]
     more = max(known) if known and len(known) == len(needed) else None
@@ -317,16 +385,4 @@ def _inconclusive(curve: SavingCurve, c: Crossover, open_low: bool, open_high: b
         why += f"; about {more} repetitions per length (now {curve.repetitions}) would decide it"
     elif needed and all(n is None for n in needed) and "measure" not in why:
         why += f"; more than {MAX_REPETITIONS} repetitions would be needed at these lengths"
-    return Crossover(
-        c.shape,
-        c.status,
-        c.estimate,
-        c.low,
-        c.high,
-        c.lo,
-        c.hi,
-        c.repetitions,
-        c.requests,
-        more,
-        why,
-    )
+    return replace(c, more_repetitions=more, reason=why)

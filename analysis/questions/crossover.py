@@ -35,6 +35,8 @@ class CrossoverAnswer:
                 f"pull beats recompute above {c.estimate:,.0f} tokens of history, 95% CI "
                 f"{c.interval_text()} (measured between {c.lo:,.0f} and {c.hi:,.0f}; {reps})"
             )
+        if c.decided and c.shape in (Shape.FALLING, Shape.MIXED):
+            return f"measured: {c.describe()} ({reps})"
         if c.decided:
             return f"measured crossover: none, {c.describe()} ({reps})"
         return f"measured crossover: {c.describe()}"
@@ -171,7 +173,7 @@ def ttft_vs_history(plt, answers: list[Any], ctx: Context):
                 label=flow,
             )
         c = a.measured.crossover
-        if c.estimate is not None and c.shape is Shape.CROSSING:
+        if c.estimate is not None and c.shape in (Shape.CROSSING, Shape.FALLING):
             ax.axvline(c.estimate, ls="--", color="k", lw=1, label="measured crossover")
             plotkit.crossover_span(ax, c)
         plotkit.x_scale(ax, rows["x"])
