@@ -51,6 +51,7 @@ CORE = {
     "pdbench.spec.server_flags",
     "pdbench.validate.gpu",
     "pdbench.validate.kv_path",
+    "pdbench.validate.containers",
     "pdbench.spec.containers",
     "pdbench.validate.model_memory",
     "pdbench.validate.model_source",
