@@ -10,7 +10,7 @@ GPU_STAMP := $(VENV)/.pdbench-gpu-installed
 # `import vllm` ("operator torchvision::nms does not exist"), so they are removed after.
 CPU_EXTRAS := cpu,dev
 
-.PHONY: demo test test-unit test-e2e test-slurm test-gpu lint format install install-gpu system-deps slurm-up slurm-down clean
+.PHONY: demo test test-unit test-e2e test-slurm test-gpu lint format install install-gpu image system-deps slurm-up slurm-down clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -34,6 +34,16 @@ $(GPU_STAMP): pyproject.toml
 	touch $(GPU_STAMP)
 
 install-gpu: $(GPU_STAMP)
+
+# The image for pyxis (cluster.container_image): pdbench, vLLM 0.32.0, NIXL and the kernels
+# vLLM would fetch at start (containers/pdbench-gpu.Dockerfile), built with docker where there
+# is network, then imported as the squashfs file the nodes read:
+#   make image IMAGE_SQSH=/shared/images/pdbench-gpu.sqsh
+IMAGE ?= pdbench-gpu:0.32.0
+IMAGE_SQSH ?= pdbench-gpu.sqsh
+image:
+	docker build -f containers/pdbench-gpu.Dockerfile -t $(IMAGE) .
+	enroot import -o $(IMAGE_SQSH) dockerd://$(IMAGE)
 
 # Debian packages the e2e tier needs: Chromium for the report test, SLURM + munge.
 system-deps:

@@ -24,6 +24,7 @@ from hydra.errors import OverrideParseException
 
 from pdbench.config.schema import RunConfig
 from pdbench.config.tree import CONF_DIR, default_choices, groups
+from pdbench.spec.containers import image_quoting_fix
 
 HINT = "name the key meant (python -m pdbench --help lists groups and presets; --cfg job every key)"
 
@@ -175,7 +176,8 @@ def check_overrides(overrides: list[str], s: Schema | None = None) -> list[Overr
     try:
         parsed = OverridesParser.create().parse_overrides(overrides)
     except OverrideParseException as err:
-        raise OverrideError([str(err).strip()]) from err
+        fix = image_quoting_fix(overrides)  # an enroot URI's '#'
+        raise OverrideError([str(err).strip() + (f"\n{fix}" if fix else "")]) from err
     problems = []
     seen: dict[str, str] = {}
     for o in parsed:

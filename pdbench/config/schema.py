@@ -107,6 +107,14 @@ class ClusterConfig:
     # models, the code. pyxis --container-mounts.
     container_mounts: list[str] = field(default_factory=list)
     container_workdir: str = ""  # pyxis --container-workdir; "": the image's
+    # The image holds pdbench, vLLM 0.32.0 and NIXL (built from containers/pdbench-gpu.Dockerfile):
+    # the tasks run its interpreter (cluster.python, e.g. python3) and its `vllm serve`.
+    # false: the image provides only the OS/CUDA and a mount brings the venv (cluster.python
+    # its absolute path).
+    container_has_pdbench: bool = False
+    # pyxis --container-mount-home; false (--no-container-mount-home): the home directory's
+    # ~/.local site-packages and caches stay out of the image's Python.
+    container_mount_home: bool = False
     # Further srun options for every task (e.g. --mpi=none, --container-remap-root); the
     # options pdbench sets itself (output, error, cpus-per-task, containers) are refused.
     srun_args: list[str] = field(default_factory=list)

@@ -26,7 +26,7 @@ from pdbench.plan.deployments import Deployment, Plan, make_plan, to_jsonable
 from pdbench.results.manifest import LaunchOrigin, mixed_launch_problem, with_launch
 from pdbench.results.store import PointStatus, RunStore
 from pdbench.spec.launch import LaunchSpec, build_launch, describe
-from pdbench.spec.vllm_install import servers_vllm
+from pdbench.spec.vllm_install import cluster_servers_vllm
 from pdbench.validate.rules import check
 
 
@@ -194,7 +194,7 @@ def launch(
     pending = pending_deployments(plan, store, states)
     if cfg.launch.dry_run:
         model_path = model_path_for(cfg, create=False)
-        spec = build_launch(cfg, plan, model_path, pending, servers_vllm(cfg.cluster.python))
+        spec = build_launch(cfg, plan, model_path, pending, cluster_servers_vllm(cfg.cluster))
         print(describe(spec, plan))
         print("\n".join(resume_lines(plan, store, verbose=True, states=states)))
         return {"dry_run": True, "deployments": len(plan.deployments)}
@@ -208,7 +208,7 @@ def launch(
         return {"submitted": 0}
     if cfg.cluster.executor is ExecutorKind.slurm:
         check_slurm_reachable()
-    spec = build_launch(cfg, plan, model_path, pending, servers_vllm(cfg.cluster.python))
+    spec = build_launch(cfg, plan, model_path, pending, cluster_servers_vllm(cfg.cluster))
     if cfg.cluster.executor is ExecutorKind.slurm and not (follow_jobs and not cfg.launch.detach):
         jobs = submit_slurm(cfg, plan, store, spec)
         return {"submitted": len(jobs), "jobs": jobs}

@@ -20,7 +20,7 @@ from pdbench.driver.progress import follow
 from pdbench.plan.deployments import make_plan
 from pdbench.results.store import write_json_atomic
 from pdbench.spec.launch import build_launch, describe_preflight
-from pdbench.spec.vllm_install import servers_vllm
+from pdbench.spec.vllm_install import cluster_servers_vllm
 from pdbench.validate.rules import check
 
 JOB_NAME = "pdbench-preflight"
@@ -32,7 +32,7 @@ def run_preflight_alone(cfg: RunConfig) -> str:
     check(cfg)
     plan = make_plan(cfg)
     model_path = model_path_for(cfg, create=not cfg.launch.dry_run)
-    spec = build_launch(cfg, plan, model_path, vllm=servers_vllm(cfg.cluster.python))
+    spec = build_launch(cfg, plan, model_path, vllm=cluster_servers_vllm(cfg.cluster))
     dep = spec.deployments[0]  # every Deployment of a plan places the same instances
     print(f"{dep.nodes} node(s): {describe_preflight(dep)}", flush=True)
     if cfg.launch.dry_run:

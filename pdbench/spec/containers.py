@@ -4,6 +4,14 @@ pyxis is a SLURM SPANK plugin: its options go on ``srun`` (not ``sbatch``):
 ``--container-image=IMAGE`` (an enroot URI ``[USER@][REGISTRY#]IMAGE[:TAG]`` or a squashfs
 path), ``--container-mounts=SRC:DST[:FLAGS][,SRC:DST...]`` (flags joined by ``+``),
 ``--container-workdir=PATH``; with them every task of the step runs in the container.
+
+pdbench adds what a SLURM launcher of vLLM servers needs (pyxis' own flags, ``srun --help``):
+``--no-container-entrypoint`` (an image's entrypoint, e.g. vLLM's ``vllm serve``, would
+take the task's command as its arguments), ``--no-container-mount-home`` unless
+``cluster.container_mount_home`` (the home's ``~/.local`` packages would shadow the image's),
+and ``--container-env=NAMES`` for ``cluster.env``: pyxis passes the host's exported
+variables into the container, but "their existing values in the image take precedence";
+the names listed keep the host's value.
 """
 
 from __future__ import annotations
@@ -23,7 +31,16 @@ RESERVED_SRUN_OPTIONS = {
     "--container-image": "use cluster.container_image",
     "--container-mounts": "use cluster.container_mounts",
     "--container-workdir": "use cluster.container_workdir",
+    "--container-env": "set by pdbench: the keys of cluster.env",
+    "--container-entrypoint": "pdbench passes --no-container-entrypoint",
+    "--no-container-entrypoint": "set by pdbench",
+    "--container-mount-home": "use cluster.container_mount_home",
+    "--no-container-mount-home": "use cluster.container_mount_home",
 }
+# The image recipe the docs and the fixes point to (pdbench, vLLM 0.32.0, NIXL, kernels).
+IMAGE_RECIPE = "containers/pdbench-gpu.Dockerfile"
+# What a pdbench image is told to hold when built from IMAGE_RECIPE, for the launch spec.
+IMAGE_VLLM = ("vllm", "0.32.0", "vllm")
 
 
 def option_name(arg: str) -> str:
@@ -52,7 +69,38 @@ def container_srun_args(cluster: ClusterConfig) -> list[str]:
         args.append("--container-mounts=" + ",".join(cluster.container_mounts))
     if cluster.container_workdir:
         args.append(f"--container-workdir={cluster.container_workdir}")
+    args.append("--no-container-entrypoint")
+    if not cluster.container_mount_home:
+        args.append("--no-container-mount-home")
+    if cluster.env:
+        args.append("--container-env=" + ",".join(sorted(cluster.env)))
     return args
+
+
+def activates_environment(line: str) -> bool:
+    """A setup line that activates a venv or conda env (``source X/bin/activate``, ``.
+    X/bin/activate``, ``conda activate``): it sets PATH in the batch script's shell."""
+    words = line.replace(";", " ").replace("&&", " ").split()
+    for i, word in enumerate(words):
+        if word in ("source", ".") and i + 1 < len(words) and words[i + 1].endswith("activate"):
+            return True
+        if word in ("conda", "mamba", "micromamba") and words[i + 1 : i + 2] == ["activate"]:
+            return True
+    return False
+
+
+def image_quoting_fix(overrides: list[str]) -> str:
+    """The fix for Hydra's lexer error on an unquoted enroot URI (``#`` starts a comment in
+    Hydra's override grammar): "" when no override sets ``cluster.container_image`` to one."""
+    for word in overrides:
+        key, _, value = word.partition("=")
+        if key.lstrip("+") == "cluster.container_image" and "#" in value and value[:1] not in "'\"":
+            return (
+                "Fix: quote the image for Hydra and for the shell: "
+                f"'cluster.container_image=\"{value}\"' (an enroot URI's '#' cannot stand "
+                "unquoted in a Hydra override)"
+            )
+    return ""
 
 
 def srun_args(cluster: ClusterConfig) -> list[str]:

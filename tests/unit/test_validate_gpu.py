@@ -140,9 +140,10 @@ def test_hub_id_offline_found_in_a_shared_hf_home(tmp_path):
 
 def container_run(**fields):
     cfg = gpu_run()
-    cfg.cluster.container_image = "nvcr.io#nvidia/pytorch:25.01-py3"
+    cfg.cluster.container_image = "/lustre/images/pdbench-gpu.sqsh"
     cfg.cluster.container_mounts = ["/lustre/me:/lustre/me", "/models:/models:ro+rprivate"]
-    cfg.cluster.python = "python"
+    cfg.cluster.python = "python3"
+    cfg.cluster.container_has_pdbench = True
     for key, value in fields.items():
         setattr(cfg.cluster, key, value)
     return cfg
@@ -150,13 +151,20 @@ def container_run(**fields):
 
 def test_a_well_formed_container_config_passes_and_becomes_srun_options():
     cfg = container_run(container_workdir="/lustre/me", srun_args=["--mpi=none"])
+    cfg.cluster.env = {"UCX_TLS": "rc", "HF_HUB_OFFLINE": "1"}
     assert validate(cfg) == []
     assert srun_args(cfg.cluster) == [
-        "--container-image=nvcr.io#nvidia/pytorch:25.01-py3",
+        "--container-image=/lustre/images/pdbench-gpu.sqsh",
         "--container-mounts=/lustre/me:/lustre/me,/models:/models:ro+rprivate",
         "--container-workdir=/lustre/me",
+        # the image's entrypoint (vLLM's: vllm serve) would take the task's command
+        "--no-container-entrypoint",
+        "--no-container-mount-home",  # ~/.local packages would shadow the image's
+        "--container-env=HF_HUB_OFFLINE,UCX_TLS",  # the host's values win over the image's
         "--mpi=none",
     ]
+    cfg.cluster.container_mount_home = True
+    assert "--no-container-mount-home" not in srun_args(cfg.cluster)
     assert srun_args(gpu_run().cluster) == []
 
 
@@ -175,7 +183,7 @@ def test_containers_need_slurm_and_an_interpreter_the_image_has():
     cfg.cluster.executor = ExecutorKind.local
     only(cfg, "cluster.container_image", cfg.cluster.container_image, "srun option", "local")
     problem = only(container_run(python=""), "cluster.python", "''", "does not have")
-    assert "cluster.python=python" in problem.fix
+    assert "cluster.container_has_pdbench=true cluster.python=python3" in problem.fix
     venv = str(Path(sys.executable).parent.parent)
     mounted = container_run(python="", container_mounts=[f"{venv}:{venv}"])
     assert problems_for(mounted, "cluster.python") == []
@@ -255,3 +263,49 @@ def test_same_node_path_per_memory_kind():
     assert same_node_path("cpu", "") == "cma"
     assert same_node_path("cpu", "^cma,knem,xpmem") == "posix"
     assert same_node_path("cpu", "tcp") == ""
+
+
+def test_an_image_not_known_to_hold_pdbench_is_refused_with_the_recipe():
+    # nvcr.io's PyTorch image has no submitit, pdbench, vLLM 0.32.0 or NIXL: the task's
+    # "python -u -m submitit.core._submit" would fail on every node.
+    cfg = container_run(container_image="nvcr.io#nvidia/pytorch:25.01-py3", python="python")
+    cfg.cluster.container_has_pdbench = False
+    problem = only(cfg, "cluster.python", "python", "an image not built for pdbench")
+    assert "containers/pdbench-gpu.Dockerfile" in problem.fix
+    assert "cluster.container_has_pdbench=true" in problem.fix
+    # the driver's venv mounted at its own path: its python is there
+    venv = str(Path(sys.executable).parent.parent)
+    cfg.cluster.container_mounts = [f"{venv}:{venv}"]
+    cfg.cluster.python = sys.executable
+    assert problems_for(cfg, "cluster.python") == []
+
+
+def test_a_setup_line_activating_a_venv_outside_the_container_is_refused():
+    cfg = container_run(setup=["module load cuda", "source $HOME/pdbench/.venv/bin/activate"])
+    problem = only(cfg, "cluster.setup", "source $HOME/pdbench/.venv/bin/activate", "host")
+    assert "never reaches the tasks" in problem.message
+    for line in (". /x/bin/activate", "conda activate pd", "module load x && source a/activate"):
+        cfg.cluster.setup = [line]
+        assert len(problems_for(cfg, "cluster.setup")) == 1, line
+    cfg.cluster.container_image = ""
+    cfg.cluster.container_mounts = []
+    cfg.cluster.container_has_pdbench = False
+    assert problems_for(cfg, "cluster.setup") == []  # no container: setup is the task's shell
+
+
+def test_container_has_pdbench_without_an_image_has_no_effect():
+    cfg = gpu_run()
+    cfg.cluster.container_has_pdbench = True
+    only(cfg, "cluster.container_has_pdbench", True, "no effect without cluster.container_image")
+
+
+def test_an_unquoted_enroot_uri_gets_the_quoting_fix():
+    from pdbench.config.overrides import OverrideError, check_overrides
+
+    with pytest.raises(OverrideError) as err:
+        check_overrides(["cluster.container_image=nvcr.io#nvidia/pytorch:25.01-py3"])
+    assert "LexerNoViableAltException" in str(err.value)
+    fix = "'cluster.container_image=\"nvcr.io#nvidia/pytorch:25.01-py3\"'"
+    assert fix in str(err.value)
+    quoted = check_overrides(["cluster.container_image='nvcr.io#nvidia/pytorch:25.01-py3'"])
+    assert quoted[0].value() == "nvcr.io#nvidia/pytorch:25.01-py3"
