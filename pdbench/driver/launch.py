@@ -27,6 +27,7 @@ from pdbench.results.manifest import LaunchOrigin, mixed_launch_problem, with_la
 from pdbench.results.store import PointStatus, RunStore
 from pdbench.spec.launch import LaunchSpec, build_launch, describe
 from pdbench.spec.vllm_install import cluster_servers_vllm
+from pdbench.validate.environment import check_environment, dry_run_note
 from pdbench.validate.rules import check
 
 
@@ -197,7 +198,11 @@ def launch(
         spec = build_launch(cfg, plan, model_path, pending, cluster_servers_vllm(cfg.cluster))
         print(describe(spec, plan))
         print("\n".join(resume_lines(plan, store, verbose=True, states=states)))
+        note = dry_run_note(cfg)
+        if note:
+            print(note)
         return {"dry_run": True, "deployments": len(plan.deployments)}
+    check_environment(cfg)  # the nodes run this driver's interpreter and vLLM
     claim_dir(store)
     model_path = model_path_for(cfg, create=True)
     write_manifest(cfg, plan, store, model_path, origin)

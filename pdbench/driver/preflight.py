@@ -21,6 +21,7 @@ from pdbench.plan.deployments import make_plan
 from pdbench.results.store import write_json_atomic
 from pdbench.spec.launch import build_launch, describe_preflight
 from pdbench.spec.vllm_install import cluster_servers_vllm
+from pdbench.validate.environment import check_environment
 from pdbench.validate.rules import check
 
 JOB_NAME = "pdbench-preflight"
@@ -37,6 +38,7 @@ def run_preflight_alone(cfg: RunConfig) -> str:
     print(f"{dep.nodes} node(s): {describe_preflight(dep)}", flush=True)
     if cfg.launch.dry_run:
         return ""
+    check_environment(cfg)  # the nodes run this driver's interpreter and vLLM
     if cfg.cluster.executor is ExecutorKind.slurm:
         check_slurm_reachable()
     stamp = time.strftime("%Y%m%d-%H%M%S")

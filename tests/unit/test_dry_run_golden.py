@@ -20,7 +20,7 @@ from pdbench.config.schema import RunConfig, register_configs
 from pdbench.driver.launch import model_path_for
 from pdbench.plan.deployments import make_plan
 from pdbench.spec.launch import build_launch, describe
-from pdbench.spec.vllm_install import VllmInstall
+from pdbench.spec.vllm_install import VllmInstall, servers_vllm
 from pdbench.validate.rules import validate
 from tests.unit.test_sbatch_golden import CONF_DIR, check_golden
 
@@ -44,14 +44,14 @@ CASES = {
         "cluster.container_image=/shared/images/pdbench-gpu.sqsh",
         "cluster.container_has_pdbench=true",
         "cluster.python=python3",
-        "cluster.setup=[]",
         "cluster.container_mounts=[/shared:/shared,/shared/models:/shared/models:ro]",
         "cluster.srun_args=['--mpi=none']",
     ],
 }
-# The servers' vLLM on a GPU cluster: the CUDA build, its CLI on the nodes' PATH once
-# cluster.setup activates the venv (vllm_install.servers_vllm of the presets' bare python).
-GPU_VLLM = VllmInstall("vllm", "0.32.0", "vllm")
+# The driver's venv on a GPU cluster's shared filesystem (the nodes run its interpreter:
+# cluster.python ''), with the CUDA build and its CLI beside the interpreter.
+DRIVER_PYTHON = "/ENV/bin/python"
+DRIVER_VLLM = VllmInstall("vllm", "0.32.0", "/ENV/bin/vllm")
 BASE = [
     "+experiment=smoke",
     "cluster=h100_8gpu",
@@ -71,13 +71,15 @@ def compose_run(overrides: list[str]) -> RunConfig:
         with initialize_config_dir(config_dir=str(CONF_DIR), version_base=None):
             cfg = OmegaConf.to_object(compose(config_name="config", overrides=overrides))
     GlobalHydra.instance().clear()
+    cfg.cluster.python = cfg.cluster.python or DRIVER_PYTHON  # '' is the driver's sys.executable
     return cfg
 
 
 def dry_run_text(cfg: RunConfig) -> str:
     """What ``launch.dry_run=true`` prints for a fresh run dir (every Deployment pending)."""
     plan = make_plan(cfg)
-    spec = build_launch(cfg, plan, model_path_for(cfg, create=False), vllm=GPU_VLLM)
+    vllm = servers_vllm(cfg.cluster.python, DRIVER_VLLM, cfg.cluster.container_has_pdbench)
+    spec = build_launch(cfg, plan, model_path_for(cfg, create=False), vllm=vllm)
     return describe(spec, plan)
 
 
@@ -100,6 +102,7 @@ def test_cross_node_rdma_sets_ucx_and_binds_node_addresses():
 
 def test_servers_start_with_vllm_serve_and_containers_go_on_srun():
     text = dry_run_text(compose_run(BASE + CASES["dry_llama3_8b_1p1d_nvlink_container"]))
+    # the image's vllm (containers/pdbench-gpu.Dockerfile), on its PATH
     assert "      vllm serve /shared/models/Llama-3.1-8B-Instruct --served-model-name" in text
     assert "vllm.entrypoints.openai.api_server" not in text
     srun = next(line for line in text.splitlines() if line.strip().startswith("srun "))

@@ -52,6 +52,7 @@ CORE = {
     "pdbench.validate.gpu",
     "pdbench.validate.kv_path",
     "pdbench.validate.containers",
+    "pdbench.validate.environment",  # the driver's interpreter and install (package metadata)
     "pdbench.spec.containers",
     "pdbench.validate.model_memory",
     "pdbench.validate.model_source",
