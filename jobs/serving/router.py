@@ -44,6 +44,7 @@ from jobs.serving.router_headers import (
     format_spans,
 )
 from pdbench.config.schema import Flow
+from pdbench.plan.kv_lease import pull_window_s
 
 FLOWS = tuple(f.value for f in Flow)
 
@@ -133,9 +134,6 @@ P_FIRST_PARAMS = {
     "remote_host": None,
     "remote_port": None,
 }
-# vLLM 0.32's P declines to read D's blocks this close to their expiry
-# (nixl/pull_worker.py: _KV_BLOCKS_EXPIRY_SAFETY_MARGIN, "Declining expired remote read").
-VLLM_DECLINE_MARGIN_S = 5.0
 D_ALONE_PARAMS = {"do_remote_decode": False, "do_remote_prefill": False}
 
 
@@ -156,12 +154,10 @@ class Router:
 
     # ---- routing decisions (pure given state) ----
     def lease_valid(self, state: ConversationState, now: float) -> bool:
-        """D still holds the blocks when P reads them: P declines a read within
-        ``VLLM_DECLINE_MARGIN_S`` of D's expiry (and that request then stalled here), so the
-        lease must outlast that margin plus P's queueing (min(5 s, TTL / 5))."""
-        ttl = self.config.decoder_kv_blocks_ttl_s
-        margin = VLLM_DECLINE_MARGIN_S + min(5.0, 0.2 * ttl)
-        return now - state.d_params_at < ttl - margin
+        """D still holds the blocks when P reads them: P declines a read close to D's expiry
+        (and that request then stalled here), so the lease must leave P a window
+        (``pdbench.plan.kv_lease``)."""
+        return now - state.d_params_at < pull_window_s(self.config.decoder_kv_blocks_ttl_s)
 
     def choose_route(self, flow: str, state: ConversationState, prompt_tokens: int, now: float):
         """Returns (path, p_params or None, d_alone)."""

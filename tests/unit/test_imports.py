@@ -43,6 +43,7 @@ CORE = {
     "pdbench.plan.lengths",
     "pdbench.plan.deployments",
     "pdbench.plan.run_order",
+    "pdbench.plan.kv_lease",
     "pdbench.spec.serve_command",
     "pdbench.spec.sbatch",
     "pdbench.spec.launch",
@@ -56,6 +57,7 @@ CORE = {
     "pdbench.spec.containers",
     "pdbench.validate.model_memory",
     "pdbench.validate.model_source",
+    "pdbench.validate.premises",
     "pdbench.spec.ucx",
     "pdbench.spec.vllm_install",  # which vLLM the servers run, how they start (package metadata)
 }
