@@ -225,8 +225,8 @@ class WorkloadConfig:
     # Independent repetitions of every (flow, history length): Points of their own, with fresh
     # conversations (token ids from ``pdbench.plan.run_order.repetition_seed(seed, r)``) and their
     # own cache salt. Repetition r has the same token ids in every flow (requests pair across
-    # flows by conversation and turn).
-    repetitions: int = 1
+    # flows by conversation and turn). 1 gives no interval (refused), 2 a wide one (warned).
+    repetitions: int = 3
     # Seed of each Deployment's run order: randomized complete blocks, one block per (history
     # length, repetition) holding every flow in a shuffled order (pdbench/plan/run_order.py).
     order_seed: int = 0
@@ -306,6 +306,10 @@ class LaunchConfig:
     # Each job's first step: one preflight per node before any server starts (DESIGN.md, "On
     # a real cluster"); a failed check fails the Deployment with one line. false: skip it.
     preflight: bool = True
+    # Refuse a run whose experiment cannot answer its question (pdbench/validate/premises.py:
+    # a TTL P never pulls at, a working set P never evicts, one repetition). false: launch it
+    # anyway (a pipeline test); the analysis then says what it cannot decide.
+    check_premises: bool = True
     # SLURM: submit and return without following the jobs; `python -m pdbench status
     # dir=...` follows them (a -m sweep submits every job first, then follows them together).
     detach: bool = False

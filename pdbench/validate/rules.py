@@ -40,6 +40,7 @@ from pdbench.plan.lengths import LENGTH_DISTRIBUTIONS, max_length
 from pdbench.spec import server_flags
 from pdbench.validate import capacity
 from pdbench.validate.gpu import GPU_RULES
+from pdbench.validate.premises import PREMISE_RULES, PREMISE_WARNINGS
 
 CPU_ATTENTION_HEAD_SIZES = (32, 64, 80, 96, 112, 128, 160, 192, 224, 256, 512)
 CPU_BLOCK_MULTIPLE = 32
@@ -702,12 +703,19 @@ RULES: tuple[Rule, ...] = (
     check_dirs,
     check_time_limit,
     *GPU_RULES,
+    *PREMISE_RULES,
 )
+WARNINGS: tuple[Rule, ...] = (*PREMISE_WARNINGS,)
 
 
 def validate(cfg: RunConfig) -> list[ConfigProblem]:
     """Every problem of ``cfg``; an empty list when it can be planned and launched."""
     return [problem for rule in RULES for problem in rule(cfg)]
+
+
+def warnings(cfg: RunConfig) -> list[ConfigProblem]:
+    """What will likely weaken the answer without making it impossible: printed, not refused."""
+    return [problem for rule in WARNINGS for problem in rule(cfg)]
 
 
 def check(cfg: RunConfig) -> None:

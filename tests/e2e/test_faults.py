@@ -20,8 +20,10 @@ pytestmark = pytest.mark.e2e
 SMALL = [
     "+experiment=smoke",
     "workload.conversations=2",
+    "workload.concurrency=2",
     "workload.turns=2",
     "workload.repetitions=1",
+    "launch.check_premises=false",  # one repetition: a pipeline test
 ]
 
 

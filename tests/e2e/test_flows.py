@@ -12,7 +12,9 @@ pytestmark = pytest.mark.e2e
 
 def test_decode_first_takes_both_paths_and_matches_agg(tmp_path):
     run_dir = tmp_path / "run"
-    proc = run_pdbench(["+experiment=flows", f"dir={run_dir}"], 1500)
+    # one repetition (the preset runs 3): a pipeline test, premises off
+    args = ["+experiment=flows", "workload.repetitions=1", "launch.check_premises=false"]
+    proc = run_pdbench([*args, f"dir={run_dir}"], 1500)
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
     points = load_points(run_dir)
     assert set(points) == {"agg", "recompute", "pull", "decode_first"}

@@ -35,9 +35,11 @@ CORES = os.cpu_count() or 1
 ARGS = [
     "+experiment=smoke",
     "workload.repetitions=1",
+    "launch.check_premises=false",  # one repetition: a pipeline test
     "topology=p1_d2",
     "connector.trace=true",
     "workload.conversations=2",
+    "workload.concurrency=2",
     "workload.turns=3",
     # NIXL's handshake registers every block: 512 instead of 32,768 (65,536 per D rank)
     "server.prefill_kv_blocks=512",

@@ -22,6 +22,7 @@ pytestmark = pytest.mark.e2e
 TINY = [
     "+experiment=smoke",
     "workload.repetitions=1",
+    "launch.check_premises=false",  # one repetition: a pipeline test
     "flow.flows=[pull]",
     "workload.conversations=1",
     "workload.turns=2",

@@ -40,6 +40,7 @@ ARGS = [
     "workload.concurrencies=[]",
     "workload.concurrency=2",
     "workload.repetitions=1",
+    "launch.check_premises=false",  # one repetition: a pipeline test
 ]
 
 

@@ -28,6 +28,7 @@ def test_decode_cost_records_what_d_held_and_for_how_long(tmp_path):
             "workload.turns=2",
             "workload.concurrencies=[2]",
             "workload.repetitions=1",
+            "launch.check_premises=false",  # one repetition: a pipeline test
         ],
         run_dir,
     )
@@ -58,6 +59,7 @@ def test_cache_pressure_moves_prompts_from_local_hits_to_pulls(tmp_path):
             "workload.conversation_counts=[2,8]",
             "workload.turns=2",
             "workload.repetitions=1",
+            "launch.check_premises=false",  # one repetition: a pipeline test
         ],
         run_dir,
     )

@@ -36,7 +36,12 @@ REPO = Path(__file__).resolve().parents[2]
 def smoke_spec(tmp_path: Path) -> PreflightSpec:
     register_configs()
     GlobalHydra.instance().clear()
-    overrides = ["+experiment=smoke", "workload.repetitions=1", f"dir={tmp_path / 'run'}"]
+    overrides = [
+        "+experiment=smoke",
+        "workload.repetitions=1",
+        "launch.check_premises=false",  # one repetition: a pipeline test
+        f"dir={tmp_path / 'run'}",
+    ]
     with initialize_config_dir(config_dir=str(REPO / "conf"), version_base=None):
         cfg = OmegaConf.to_object(compose(config_name="config", overrides=overrides))
     GlobalHydra.instance().clear()

@@ -84,6 +84,8 @@ def test_placement_preset_compares_one_node_with_two(local_slurm, tmp_path):  # 
             "workload.history_tokens=[512]",
             "workload.conversations=1",
             "workload.concurrency=1",
+            "workload.repetitions=1",
+            "launch.check_premises=false",  # one repetition: a pipeline test
         ],
         tmp_path / "run",
         multirun=True,

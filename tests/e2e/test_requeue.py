@@ -28,9 +28,11 @@ FLOWS = 3  # smoke: agg, recompute, pull
 SWEEP = [
     "+experiment=smoke",
     "workload.repetitions=1",
+    "launch.check_premises=false",  # one repetition: a pipeline test
     "cluster=slurm",
     "topology.placement=cross_node",  # two SLURM nodes: rank 1 is requeued too
     "workload.conversations=2",
+    "workload.concurrency=2",
     f"workload.history_tokens=[{','.join(map(str, HISTORIES))}]",
 ]
 RUN_TIMEOUT_S = 1200  # up to 4 attempts of 3 minutes (submitit requeues 3 times at most)

@@ -17,8 +17,10 @@ pytestmark = [pytest.mark.e2e, pytest.mark.slurm]
 CROSS = [
     "+experiment=smoke",
     "workload.repetitions=1",
+    "launch.check_premises=false",  # one repetition: a pipeline test
     "cluster=slurm",
     "topology.placement=cross_node",
+    "workload.concurrency=2",  # the tests run 2 conversations
 ]
 
 

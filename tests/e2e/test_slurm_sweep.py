@@ -17,10 +17,12 @@ SWEEP = [
     "-m",
     "+experiment=smoke",
     "workload.repetitions=1",
+    "launch.check_premises=false",  # one repetition: a pipeline test
     "cluster=slurm",
     "topology=agg",
     "flow=agg",
     "workload.conversations=1",
+    "workload.concurrency=1",
     "workload.turns=2",
     "server.max_num_seqs=4,8",
 ]

@@ -27,9 +27,11 @@ def test_every_transfer_of_a_pd_run_is_traced(tmp_path):
         [
             "+experiment=smoke",
             "workload.repetitions=1",
+            "launch.check_premises=false",  # one repetition: a pipeline test
             "flow=pd",
             "connector.trace=true",
             "workload.conversations=2",
+            "workload.concurrency=2",
             "workload.turns=2",
             "server.base_port=8740",
             "server.side_channel_base_port=5940",

@@ -63,3 +63,10 @@ def gpu_run(p_tp=1, d_tp=1, p=1, d=1, placement=Placement.same_node, nodes=1) ->
     cfg.transport = TransportConfig(name="rdma", kv_buffer_device="cuda", ucx_tls="rc,cuda_copy")
     cfg.server.block_size = 16
     return cfg
+
+
+def one_pass(cfg: RunConfig) -> RunConfig:
+    """``cfg`` measuring each Point once (one repetition, as a pipeline test runs it): for the
+    tests that count a plan's Points (the schema's default is 3 repetitions)."""
+    cfg.workload.repetitions = 1
+    return cfg

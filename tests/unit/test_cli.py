@@ -135,6 +135,7 @@ def test_a_dry_run_sweep_leaves_nothing_behind(tmp_path):
         "+experiment=smoke",
         "workload.turns=1,2",
         "workload.repetitions=1",
+        "launch.check_premises=false",
         "launch.dry_run=true",
         cwd=tmp_path,
     )

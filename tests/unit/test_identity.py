@@ -22,7 +22,7 @@ from pdbench.plan.identity import (
     measured_config,
 )
 from pdbench.results.store import PointResult, PointStatus, RunStore, Summary
-from tests.unit.helpers import cpu_run
+from tests.unit.helpers import cpu_run, one_pass
 
 pytestmark = pytest.mark.unit
 
@@ -170,9 +170,9 @@ def test_resume_with_raised_timeouts_skips_what_is_done_and_analysis_sees_one_de
     tmp_path,
 ):
     store = RunStore(tmp_path)
-    first = make_plan(cpu_run())
+    first = make_plan(one_pass(cpu_run()))
     _record(store, first, first.all_points()[0])  # then the run crashed
-    raised = cpu_run()
+    raised = one_pass(cpu_run())
     for key, value in RAISED_AFTER_A_CRASH.items():
         raised = setting(raised, key, value)
     rerun = make_plan(raised)

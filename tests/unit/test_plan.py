@@ -2,13 +2,13 @@ import pytest
 
 from pdbench.config.schema import Flow, Placement
 from pdbench.plan.deployments import SIDE_CHANNEL_STRIDE, cpu_cores, make_plan, share_budgets
-from tests.unit.helpers import cpu_run, gpu_run
+from tests.unit.helpers import cpu_run, gpu_run, one_pass
 
 pytestmark = pytest.mark.unit
 
 
 def test_smoke_plan_one_deployment_three_points():
-    plan = make_plan(cpu_run())
+    plan = make_plan(one_pass(cpu_run()))
     assert len(plan.deployments) == 1
     dep = plan.deployments[0]
     assert [i.role for i in dep.instances] == ["prefill", "decode"]
@@ -65,7 +65,7 @@ def test_shared_cores_split_by_ranks_and_never_mix_instances():
 
 
 def test_ttl_sweep_makes_deployments_and_working_set_and_load_make_points():
-    cfg = cpu_run()
+    cfg = one_pass(cpu_run())
     cfg.flow.decoder_kv_blocks_ttls_s = [10, 30]
     cfg.workload.conversation_counts = [2, 8]
     cfg.workload.concurrencies = [1, 4]
@@ -94,7 +94,7 @@ def test_ids_are_stable_and_change_with_the_config():
 
 
 def test_history_sweep_and_threshold_sweep_expand():
-    cfg = cpu_run()
+    cfg = one_pass(cpu_run())
     cfg.workload.history_tokens = [0, 128, 512]
     cfg.flow.kv_recompute_thresholds = [0, 64, 256]
     plan = make_plan(cfg)
@@ -129,8 +129,8 @@ def test_same_node_spills_when_full():
 def test_manifest_merges_deployments_of_a_multirun():
     from pdbench.driver.launch import merge_deployments
 
-    first = make_plan(cpu_run())
-    cfg = cpu_run()
+    first = make_plan(one_pass(cpu_run()))
+    cfg = one_pass(cpu_run())
     cfg.workload.user_tokens = 48  # another workload on the same servers
     second = make_plan(cfg)
     merged = merge_deployments(merge_deployments([], first), second)

@@ -9,7 +9,7 @@ from pdbench.cli import compose_job
 from pdbench.driver.launch import resume_lines, write_manifest
 from pdbench.plan.deployments import make_plan
 from pdbench.results.store import PointResult, PointStatus, RunStore
-from tests.unit.helpers import cpu_run
+from tests.unit.helpers import cpu_run, one_pass
 from tests.unit.test_cli import pdbench
 
 pytestmark = pytest.mark.unit
@@ -20,7 +20,7 @@ def record(store: RunStore, point, status: PointStatus) -> None:
 
 
 def test_a_new_dir_lists_nothing_and_a_used_one_each_kind(tmp_path):
-    plan = make_plan(cpu_run(dir=str(tmp_path)))
+    plan = make_plan(one_pass(cpu_run(dir=str(tmp_path))))
     store = RunStore(tmp_path)
     assert resume_lines(plan, store, verbose=False) == []
     agg, recompute, pull = plan.all_points()

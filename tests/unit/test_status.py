@@ -4,14 +4,14 @@ from pdbench.driver.launch import write_manifest
 from pdbench.driver.status import print_status
 from pdbench.plan.deployments import make_plan
 from pdbench.results.store import CorruptRecord, PointResult, RunStore
-from tests.unit.helpers import cpu_run
+from tests.unit.helpers import cpu_run, one_pass
 
 pytestmark = pytest.mark.unit
 
 
 def test_status_counts_done_failed_pending_and_names_logs(tmp_path, capsys, monkeypatch):
     monkeypatch.setattr("pdbench.driver.provenance.collect", lambda: {})
-    cfg = cpu_run(dir=str(tmp_path))
+    cfg = one_pass(cpu_run(dir=str(tmp_path)))
     plan = make_plan(cfg)
     store = RunStore(tmp_path)
     write_manifest(cfg, plan, store, "/model")
@@ -36,7 +36,7 @@ def test_local_jobs_are_running_or_ended_by_their_process(tmp_path, capsys, monk
     import os
 
     monkeypatch.setattr("pdbench.driver.provenance.collect", lambda: {})
-    cfg = cpu_run(dir=str(tmp_path))
+    cfg = one_pass(cpu_run(dir=str(tmp_path)))
     store = RunStore(tmp_path)
     write_manifest(cfg, make_plan(cfg), store, "/model")
     with open("/proc/sys/kernel/pid_max") as f:
@@ -58,7 +58,7 @@ def test_a_truncated_point_is_named_counted_corrupt_and_the_rest_still_counted(
     tmp_path, capsys, monkeypatch
 ):
     monkeypatch.setattr("pdbench.driver.provenance.collect", lambda: {})
-    cfg = cpu_run(dir=str(tmp_path))
+    cfg = one_pass(cpu_run(dir=str(tmp_path)))
     plan = make_plan(cfg)
     store = RunStore(tmp_path)
     write_manifest(cfg, plan, store, "/model")

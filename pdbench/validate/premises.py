@@ -1,0 +1,262 @@
+"""What an experiment assumes, checked before anything starts (pure).
+
+A config can be valid for vLLM and still unable to answer its question: the run completes,
+its Points carry the values asked for, and only the analysis (or nobody) says later that
+nothing was there to measure. Each premise below is refused (``PREMISE_RULES``) where the
+answer cannot exist, and warned about (``PREMISE_WARNINGS``) where it will likely come out
+inconclusive. ``launch.check_premises=false`` launches such a config anyway (a pipeline test
+with one repetition, say); the concurrency rule is no premise but a label, always checked.
+
+- **P can pull**: with ``pull`` (or ``decode_first`` falling back to pull) measured, every
+  TTL must leave P a pull window (``pdbench.plan.kv_lease``): vLLM's P declines a read
+  within 5 s of D's expiry, so a TTL of 6 s or less never pulls and "pull" measures
+  recompute.
+- **P evicts** (a working-set sweep, ``workload.conversation_counts`` of two or more values,
+  the ``cache_pressure`` question): P keeps prefix caching, and the largest working set
+  (conversations x the blocks of a conversation's longest prompt and its output) exceeds
+  P's KV blocks; otherwise P never evicts and pull has nothing to bring back.
+- **Concurrency within the conversations**: a conversation's turns go one after another,
+  so no more requests are in flight than there are conversations; a higher concurrency is
+  never measured, yet the Points would carry it.
+- **An interval**: every verdict comes with a 95% interval over the repetitions; one
+  repetition gives none (refused), two give one with a t quantile of 12.7 (warned).
+"""
+
+from __future__ import annotations
+
+import math
+
+from pdbench.config.problems import ConfigProblem, Problems, Rule
+from pdbench.config.schema import Command, Flow, RunConfig
+from pdbench.plan.kv_lease import VLLM_DECLINE_MARGIN_S, pull_window_s, shortest_pulling_ttl_s
+from pdbench.validate import capacity
+
+LEAST_REPETITIONS = 2  # the fewest with an interval at all
+ENOUGH_REPETITIONS = 3  # the fewest whose interval is not mostly noise (t = 4.3)
+ANYWAY = "launch.check_premises=false to measure it anyway"
+
+
+def _measures_points(cfg: RunConfig) -> bool:
+    """Whether ``cfg`` launches Points (the run command): premises are about Points."""
+    return cfg.command is Command.run
+
+
+def premises_apply(cfg: RunConfig) -> bool:
+    """Whether the premise checks run: a run that has not opted out of them."""
+    return _measures_points(cfg) and cfg.launch.check_premises
+
+
+def pulling_flows(cfg: RunConfig) -> list[Flow]:
+    """The measured flows in which P pulls history from D."""
+    f = cfg.flow
+    return [
+        flow
+        for flow in dict.fromkeys(f.flows)
+        if flow is Flow.pull or (flow is Flow.decode_first and f.decode_first_fallback is Flow.pull)
+    ]
+
+
+def check_pull_window(cfg: RunConfig) -> list[ConfigProblem]:
+    """Every TTL of a run that measures pulling leaves P a window to pull in."""
+    flows = pulling_flows(cfg)
+    if not flows or not premises_apply(cfg):
+        return []
+    f = cfg.flow
+    field, ttls = (
+        ("flow.decoder_kv_blocks_ttls_s", f.decoder_kv_blocks_ttls_s)
+        if f.decoder_kv_blocks_ttls_s
+        else ("flow.decoder_kv_blocks_ttl_s", [f.decoder_kv_blocks_ttl_s])
+    )
+    shortest = shortest_pulling_ttl_s()
+    refused_elsewhere = 1 if f.decoder_kv_blocks_ttls_s else 0  # check_flows' lower bound
+    out = Problems()
+    for ttl in dict.fromkeys(ttls):
+        window = pull_window_s(ttl)
+        if window > 0 or ttl < refused_elsewhere:
+            continue
+        names = ", ".join(flow.value for flow in flows)
+        out.add(
+            field,
+            ttl,
+            f"P never pulls at this TTL: vLLM's P declines a read within "
+            f"{VLLM_DECLINE_MARGIN_S:g} s of D's expiry and the router leaves P min(5 s, TTL/5) "
+            f"to queue, so D's blocks are never offered ({window:+.1f} s); the {names} Points "
+            "would measure recompute under the name pull",
+            f"a TTL of {shortest} s or more, or {ANYWAY}",
+        )
+    return out
+
+
+def conversation_blocks(cfg: RunConfig) -> int:
+    """KV blocks of one conversation at its end: the longest history, every turn's user
+    message and output (the working set P must hold to find it in its own cache)."""
+    w, s = cfg.workload, cfg.server
+    tokens = max(w.history_tokens or [0]) + w.turns * (w.user_tokens + w.output_tokens)
+    return math.ceil(tokens / max(1, s.block_size))
+
+
+def prefill_capacity_blocks(cfg: RunConfig) -> int:
+    """P's KV blocks: ``server.prefill_kv_blocks``, else (CPU) what its cache space holds per
+    rank; 0 when unknown (GPU memory decides at start)."""
+    s, m = cfg.server, cfg.model
+    if s.prefill_kv_blocks > 0:
+        return s.prefill_kv_blocks
+    if cfg.cluster.gpus_per_node > 0 or min(m.num_layers, m.num_kv_heads, s.block_size) <= 0:
+        return 0
+    if m.num_attention_heads <= 0:
+        return 0
+    per_block = s.block_size * capacity.kv_bytes_per_token(m, cfg.topology.prefill.tp)
+    return s.cpu_kvcache_space_gb * capacity.GIB // per_block
+
+
+def _sweeps_working_set(cfg: RunConfig) -> bool:
+    return len(set(cfg.workload.conversation_counts)) >= 2
+
+
+def check_p_evicts(cfg: RunConfig) -> list[ConfigProblem]:
+    """A working-set sweep (``cache_pressure``): P keeps a prefix cache the largest set
+    overflows."""
+    if not premises_apply(cfg) or not _sweeps_working_set(cfg) or cfg.topology.prefill.count < 1:
+        return []
+    s, counts = cfg.server, sorted(set(cfg.workload.conversation_counts))
+    if not s.prefill_prefix_caching:
+        return [
+            ConfigProblem(
+                "server.prefill_prefix_caching",
+                "false",
+                f"P keeps no history of its own, so the working-set sweep "
+                f"(workload.conversation_counts={counts}) has nothing to evict: P computes "
+                "every prompt in recompute at every working set and pull never recovers "
+                "anything P lost (the eviction question needs P's own prefix cache)",
+                f"server.prefill_prefix_caching=true, or {ANYWAY}",
+            )
+        ]
+    blocks, held = conversation_blocks(cfg), prefill_capacity_blocks(cfg)
+    largest = counts[-1] * blocks
+    if not held or largest > held:
+        return []
+    past = held // blocks + 1
+    source = (
+        f"server.prefill_kv_blocks={s.prefill_kv_blocks}"
+        if s.prefill_kv_blocks
+        else f"what server.cpu_kvcache_space_gb={s.cpu_kvcache_space_gb} holds"
+    )
+    return [
+        ConfigProblem(
+            "workload.conversation_counts",
+            counts,
+            f"the largest working set, {counts[-1]} conversations x {blocks} blocks = "
+            f"{largest} blocks, fits P's {held} KV blocks ({source}): P never evicts, so every "
+            "Point finds its history in P's own cache and pull has nothing to bring back",
+            f"conversation counts from {past} on (e.g. [{max(1, past // 2)}, {past}, "
+            f"{2 * past}]), or server.prefill_kv_blocks below {largest}, or {ANYWAY}",
+        )
+    ]
+
+
+def check_concurrency(cfg: RunConfig) -> list[ConfigProblem]:
+    """No Point is labelled with a concurrency its conversations cannot reach."""
+    w = cfg.workload
+    field = "workload.concurrencies" if w.concurrencies else "workload.concurrency"
+    most = max(w.conversation_counts or [w.conversations])
+    if most < 1 or not _measures_points(cfg):
+        return []
+    where = (
+        f"the largest of workload.conversation_counts ({most})"
+        if w.conversation_counts
+        else f"workload.conversations ({most})"
+    )
+    out = Problems()
+    for concurrency in dict.fromkeys(w.concurrencies or [w.concurrency]):
+        if concurrency > most:
+            out.add(
+                field,
+                concurrency,
+                f"exceeds {where}: a conversation's turns go one after another, so at most "
+                f"{most} requests are ever in flight, yet the Points would be labelled "
+                f"concurrency {concurrency}",
+                f"a concurrency of at most {most}, or workload.conversations={concurrency}",
+            )
+    return out
+
+
+def check_repetitions(cfg: RunConfig) -> list[ConfigProblem]:
+    """An interval needs two repetitions at least."""
+    n = cfg.workload.repetitions
+    if n < 1 or n >= LEAST_REPETITIONS or not premises_apply(cfg):
+        return []  # < 1: check_counts says so
+    return [
+        ConfigProblem(
+            "workload.repetitions",
+            n,
+            "gives no interval: every verdict is a 95% interval over independent repetitions, "
+            "and with one the analysis can only say 'undetermined'",
+            f"workload.repetitions={ENOUGH_REPETITIONS} or more, or {ANYWAY} (a pipeline test)",
+        )
+    ]
+
+
+def warn_repetitions(cfg: RunConfig) -> list[ConfigProblem]:
+    n = cfg.workload.repetitions
+    if not LEAST_REPETITIONS <= n < ENOUGH_REPETITIONS or not premises_apply(cfg):
+        return []
+    return [
+        ConfigProblem(
+            "workload.repetitions",
+            n,
+            "gives intervals with 1 degree of freedom (t quantile 12.7): most verdicts will "
+            "come out inconclusive",
+            f"workload.repetitions={ENOUGH_REPETITIONS} or more",
+        )
+    ]
+
+
+def warn_working_set_fits_nowhere(cfg: RunConfig) -> list[ConfigProblem]:
+    """A working-set sweep whose smallest set already overflows P, or whose P size is not
+    known here."""
+    if not premises_apply(cfg) or not _sweeps_working_set(cfg):
+        return []
+    if not cfg.server.prefill_prefix_caching or cfg.topology.prefill.count < 1:
+        return []
+    counts = sorted(set(cfg.workload.conversation_counts))
+    blocks, held = conversation_blocks(cfg), prefill_capacity_blocks(cfg)
+    if not held:
+        return [
+            ConfigProblem(
+                "server.prefill_kv_blocks",
+                0,
+                "P's KV cache is what GPU memory holds, unknown here: whether the working "
+                f"sets ({counts} conversations x {blocks} blocks) overflow it cannot be checked",
+                "server.prefill_kv_blocks=N, fewer than the largest working set's blocks",
+            )
+        ]
+    if counts[0] * blocks <= held:
+        return []
+    return [
+        ConfigProblem(
+            "workload.conversation_counts",
+            counts,
+            f"even the smallest working set ({counts[0]} x {blocks} = {counts[0] * blocks} "
+            f"blocks) overflows P's {held} blocks: no Point shows the flows while P's own "
+            "cache holds the history, the reference the recovery is read against",
+            f"add a count of at most {max(1, held // blocks)}",
+        )
+    ]
+
+
+def premises_of(cfg: RunConfig) -> list[str]:
+    """The premises that apply to ``cfg``, as each preset's header names them."""
+    if not _measures_points(cfg):
+        return []
+    names = ["P pulls"] if pulling_flows(cfg) else []
+    names += ["P evicts"] if _sweeps_working_set(cfg) else []
+    return [*names, "repetitions", "concurrency"]
+
+
+PREMISE_RULES: tuple[Rule, ...] = (
+    check_concurrency,
+    check_pull_window,
+    check_p_evicts,
+    check_repetitions,
+)
+PREMISE_WARNINGS: tuple[Rule, ...] = (warn_repetitions, warn_working_set_fits_nowhere)
