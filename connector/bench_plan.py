@@ -171,6 +171,68 @@ def case_identity(
     return ident
 
 
+@dataclass(frozen=True)
+class BenchProblem:
+    """One setting of the bench the sweep cannot run: where, what it is, why, what to do."""
+
+    field: str
+    value: object
+    message: str
+    fix: str
+
+    def __str__(self) -> str:
+        return f"{self.field}={self.value}: {self.message}. Fix: {self.fix}"
+
+
+def _splits(bench: TransferBenchConfig, shape: KVShape, out: list[BenchProblem]) -> list[TPSplit]:
+    """The TP splits of the sweep that parse and split the model's KV heads."""
+    splits = []
+    for text in bench.tp_splits:
+        try:
+            split = TPSplit.parse(text)
+        except ValueError as exc:
+            fix = "'P->D' with D TP a multiple of P TP, quoted: 'bench.tp_splits=[\"1->2\"]'"
+            out.append(BenchProblem("bench.tp_splits", text, str(exc), fix))
+            continue
+        try:
+            rank_heads(shape.num_kv_heads, split.p_tp, 0)
+            rank_heads(shape.num_kv_heads, split.d_tp, 0)
+        except ValueError as exc:
+            fix = f"TP sizes that split the model's {shape.num_kv_heads} KV heads"
+            out.append(BenchProblem("bench.tp_splits", text, str(exc), fix))
+            continue
+        splits.append(split)
+    return splits
+
+
+def bench_problems(bench: TransferBenchConfig, shape: KVShape) -> list[BenchProblem]:
+    """Every setting of ``bench`` the sweep cannot run with this KV shape (pure)."""
+    out: list[BenchProblem] = []
+    splits = _splits(bench, shape, out)
+    for name in ("tokens", "layouts", "tp_splits", "ops", "descs_per_block"):
+        if not getattr(bench, name):
+            out.append(BenchProblem(f"bench.{name}", [], "is empty", "give at least one value"))
+    for t in bench.tokens:
+        if t < 1:
+            out.append(BenchProblem("bench.tokens", t, "is not >= 1", "token counts of 1 or more"))
+    for n in bench.descs_per_block:
+        if n < 1:
+            out.append(BenchProblem("bench.descs_per_block", n, "is not >= 1", "1 or more"))
+    if bench.iterations < 1:
+        fix = "1 or more timed transfers per case (the preset: 10)"
+        out.append(BenchProblem("bench.iterations", bench.iterations, "is not >= 1", fix))
+    if bench.warmup < 0:
+        out.append(BenchProblem("bench.warmup", bench.warmup, "is negative", "0 or more"))
+    if out:
+        return out
+    seen = set()
+    for layout, split, dpb in itertools.product(bench.layouts, splits, bench.descs_per_block):
+        if (layout, split, dpb) not in seen:
+            seen.add((layout, split, dpb))
+            out += _alignment_problems(shape, layout, split, dpb)
+    return out
+
+
 def plan_bench(
     bench: TransferBenchConfig,
     *,
@@ -182,64 +244,46 @@ def plan_bench(
     expected_gb_s: float = 0.0,
     env: dict[str, str] | None = None,
 ) -> BenchSpec:
-    """The sweep as a ``BenchSpec``; raises ``ValueError`` listing every problem found."""
-    problems: list[str] = []
-    splits: list[TPSplit] = []
-    for text in bench.tp_splits:
-        try:
-            split = TPSplit.parse(text)
-            rank_heads(shape.num_kv_heads, split.p_tp, 0)
-            rank_heads(shape.num_kv_heads, split.d_tp, 0)
-            splits.append(split)
-        except ValueError as exc:
-            problems.append(f"bench.tp_splits: {exc}")
-    for name in ("tokens", "layouts", "tp_splits", "ops", "descs_per_block"):
-        if not getattr(bench, name):
-            problems.append(f"bench.{name} is empty: give at least one value")
-    problems += [f"bench.tokens: {t} is not >= 1" for t in bench.tokens if t < 1]
-    problems += [f"bench.descs_per_block: {n} is not >= 1" for n in bench.descs_per_block if n < 1]
-    if bench.iterations < 1:
-        problems.append(f"bench.iterations: {bench.iterations} is not >= 1")
-    if bench.warmup < 0:
-        problems.append(f"bench.warmup: {bench.warmup} is negative")
+    """The sweep as a ``BenchSpec``; raises ``ValueError`` listing every problem found
+    (``bench_problems``: validation reports the same ones before anything starts)."""
+    problems = bench_problems(bench, shape)
+    if problems:
+        raise ValueError("transfer bench config:\n  " + "\n  ".join(map(str, problems)))
+    splits = [TPSplit.parse(text) for text in bench.tp_splits]
     variants = list(dict.fromkeys(bench.ucx_tls or [default_ucx_tls]))
     cases: list[BenchCase] = []
-    if not problems:
-        axes = itertools.product(
-            variants, bench.ops, bench.layouts, splits, bench.descs_per_block, bench.tokens
+    axes = itertools.product(
+        variants, bench.ops, bench.layouts, splits, bench.descs_per_block, bench.tokens
+    )
+    for tls, op, layout, split, dpb, tokens in axes:
+        ident = case_identity(
+            model,
+            dtype,
+            shape,
+            bench.memory,
+            tuple(backends),
+            bench.block_order,
+            tls,
+            layout,
+            split,
+            tokens,
+            op,
+            dpb,
+            bench.merge_descriptors,
         )
-        for tls, op, layout, split, dpb, tokens in axes:
-            ident = case_identity(
-                model,
-                dtype,
-                shape,
-                bench.memory,
-                tuple(backends),
-                bench.block_order,
-                tls,
-                layout,
-                split,
-                tokens,
-                op,
-                dpb,
-                bench.merge_descriptors,
+        cases.append(
+            BenchCase(
+                index=len(cases),
+                record_id=record_id(ident),
+                ucx_tls=tls,
+                layout=layout,
+                split=split,
+                tokens=tokens,
+                blocks=shape.blocks_for(tokens),
+                op=op,
+                descs_per_block=dpb,
             )
-            cases.append(
-                BenchCase(
-                    index=len(cases),
-                    record_id=record_id(ident),
-                    ucx_tls=tls,
-                    layout=layout,
-                    split=split,
-                    tokens=tokens,
-                    blocks=shape.blocks_for(tokens),
-                    op=op,
-                    descs_per_block=dpb,
-                )
-            )
-        problems += _alignment_problems(shape, cases)
-    if problems:
-        raise ValueError("transfer bench config:\n  " + "\n  ".join(problems))
+        )
     return BenchSpec(
         model=model,
         dtype=dtype,
@@ -264,40 +308,36 @@ def plan_bench(
     )
 
 
-def _alignment_problems(shape: KVShape, cases: list[BenchCase]) -> list[str]:
+def _alignment_problems(
+    shape: KVShape, layout: KVLayout, split: TPSplit, descs_per_block: int
+) -> list[BenchProblem]:
     """Descriptors must cut whole int32 words (the integrity pattern) and divide evenly."""
-    problems = []
-    seen = set()
-    for case in cases:
-        key = (case.layout, case.split, case.descs_per_block)
-        if key in seen:
-            continue
-        seen.add(key)
-        try:
-            xfer = block_transfer(
-                shape,
-                case.layout,
-                case.split,
-                case.timed_d_rank,
-                [0],
-                [0],
-                d_num_blocks=1,
-                p_num_blocks=1,
-                descs_per_block=case.descs_per_block,
+    name, where = "bench.descs_per_block", f"({layout.value}, {split})"
+    try:
+        xfer = block_transfer(
+            shape,
+            layout,
+            split,
+            split.ratio - 1,  # the timed D rank (BenchCase.timed_d_rank)
+            [0],
+            [0],
+            d_num_blocks=1,
+            p_num_blocks=1,
+            descs_per_block=descs_per_block,
+        )
+    except ValueError as exc:
+        return [BenchProblem(name, descs_per_block, f"{where}: {exc}", "fewer per block")]
+    if any(off % WORD_BYTES or n % WORD_BYTES for off, n, _ in xfer.local + xfer.remote):
+        return [
+            BenchProblem(
+                name,
+                descs_per_block,
+                f"{where}: descriptors of {xfer.local[0][1]} bytes are not whole "
+                f"{WORD_BYTES}-byte words",
+                "fewer descriptors per block",
             )
-        except ValueError as exc:
-            problems.append(
-                f"bench.descs_per_block={case.descs_per_block} ({case.layout.value}, "
-                f"{case.split}): {exc}"
-            )
-            continue
-        if any(off % WORD_BYTES or n % WORD_BYTES for off, n, _ in xfer.local + xfer.remote):
-            problems.append(
-                f"bench.descs_per_block={case.descs_per_block} ({case.layout.value}, "
-                f"{case.split}): descriptors of {xfer.local[0][1]} bytes are not whole "
-                f"{WORD_BYTES}-byte words; use fewer descriptors per block"
-            )
-    return problems
+        ]
+    return []
 
 
 def pending_cases(spec: BenchSpec, done: set[str]) -> BenchSpec:

@@ -18,10 +18,11 @@ from typing import Any
 import submitit
 
 from connector.bench import run_bench_task
-from connector.bench_plan import BenchSpec, plan_bench
-from connector.layout import KVShape, dtype_nbytes
-from pdbench.config.schema import RunConfig
+from connector.bench_plan import BenchSpec
 from pdbench.results.store import write_json_atomic
+from pdbench.spec.transfer_bench import bench_spec, kv_shape
+
+__all__ = ["bench_spec", "kv_shape"]  # the sweep's builders, where the driver finds the job
 
 JOB_NAME = "pdbench-transfer-bench"
 RECORDS_DIR = "transfer_bench"
@@ -29,33 +30,6 @@ RECORDS_DIR = "transfer_bench"
 
 def submitit_folder(run_dir: str | Path) -> Path:
     return Path(run_dir) / "logs" / RECORDS_DIR / "submitit"
-
-
-def kv_shape(cfg: RunConfig) -> KVShape:
-    """The KV geometry of ``cfg.model`` with ``cfg.server.block_size`` tokens per block."""
-    model = cfg.model
-    return KVShape(
-        num_layers=int(model.num_layers),
-        num_kv_heads=int(model.num_kv_heads),
-        head_dim=int(model.resolved_head_dim),
-        dtype_bytes=dtype_nbytes(model.dtype),
-        block_size=int(cfg.server.block_size),
-    )
-
-
-def bench_spec(cfg: RunConfig) -> BenchSpec:
-    """The whole sweep of ``cfg.bench`` for ``cfg.model`` and ``cfg.transport`` (pure)."""
-    transport = cfg.transport
-    return plan_bench(
-        cfg.bench,
-        model=str(cfg.model.name),
-        dtype=str(cfg.model.dtype),
-        shape=kv_shape(cfg),
-        backends=list(transport.backends),
-        default_ucx_tls=transport.ucx_tls,
-        expected_gb_s=float(transport.expected_gb_s),
-        env={str(k): str(v) for k, v in transport.env.items()},
-    )
 
 
 def records_dir(run_dir: str | Path) -> Path:

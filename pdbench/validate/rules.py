@@ -39,6 +39,7 @@ from pdbench.plan.deployments import (
 from pdbench.plan.lengths import LENGTH_DISTRIBUTIONS, max_length
 from pdbench.spec import server_flags
 from pdbench.validate import capacity
+from pdbench.validate.bench import check_transfer_bench
 from pdbench.validate.gpu import GPU_RULES
 from pdbench.validate.premises import PREMISE_RULES, PREMISE_WARNINGS
 
@@ -704,6 +705,7 @@ RULES: tuple[Rule, ...] = (
     check_time_limit,
     *GPU_RULES,
     *PREMISE_RULES,
+    check_transfer_bench,
 )
 WARNINGS: tuple[Rule, ...] = (*PREMISE_WARNINGS,)
 

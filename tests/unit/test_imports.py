@@ -58,6 +58,8 @@ CORE = {
     "pdbench.validate.model_memory",
     "pdbench.validate.model_source",
     "pdbench.validate.premises",
+    "pdbench.validate.bench",
+    "pdbench.spec.transfer_bench",
     "pdbench.spec.ucx",
     "pdbench.spec.vllm_install",  # which vLLM the servers run, how they start (package metadata)
 }

@@ -60,7 +60,7 @@ def test_plan_lists_every_problem():
     text = str(err.value)
     assert "P TP=2 -> D TP=1" in text
     assert "3 KV heads" not in text and "TP=3" in text
-    assert "bench.tokens: 0" in text
+    assert "bench.tokens=0: is not >= 1. Fix: " in text
     assert "bench.iterations" in text
 
 

@@ -6,6 +6,8 @@ from pathlib import Path
 
 import pytest
 
+from pdbench.cli import compose_job
+from pdbench.config.schema import Command
 from pdbench.plan.deployments import make_plan
 from pdbench.spec.serve_command import serve_command
 from pdbench.spec.server_flags import FLAG_SOURCES, managed_flags
@@ -159,3 +161,20 @@ def test_the_requeue_warning_must_come_inside_the_time_limit(delay_s):
     )
     cfg.cluster.signal_delay_s = 45
     assert lines_for(cfg, "cluster.signal_delay_s") == []
+
+
+@pytest.mark.parametrize(
+    ("override", "start"),
+    [
+        ("bench.iterations=0", "bench.iterations=0: is not >= 1. Fix: "),
+        ('bench.tp_splits=["2->1"]', "bench.tp_splits=2->1: unsupported TP pairing P TP=2"),
+        ('bench.tp_splits=["1>2"]', "bench.tp_splits=1>2: TP split '1>2' is not of the form"),
+        ("model.dtype=auto", "model.dtype=auto: unknown KV dtype 'auto'"),
+    ],
+)
+def test_transfer_bench_settings_are_refused_before_the_job_starts(override, start):
+    cfg = compose_job(["+experiment=transfer_bench", override])
+    (line,) = [str(p) for p in validate(cfg)]
+    assert line.startswith(start) and ". Fix: " in line, line
+    cfg.command = Command.run  # the run command does not read bench.*
+    assert [p for p in validate(cfg) if p.field.startswith("bench.")] == []
