@@ -41,7 +41,9 @@ from pdbench.spec import server_flags
 from pdbench.validate import capacity
 from pdbench.validate.bench import check_transfer_bench
 from pdbench.validate.gpu import GPU_RULES
+from pdbench.validate.model_source import is_local_path, weights_in
 from pdbench.validate.premises import PREMISE_RULES, PREMISE_WARNINGS
+from pdbench.validate.unchecked import warn_model_path_checked_on_the_nodes
 
 CPU_ATTENTION_HEAD_SIZES = (32, 64, 80, 96, 112, 128, 160, 192, 224, 256, 512)
 CPU_BLOCK_MULTIPLE = 32
@@ -183,15 +185,27 @@ def check_model(cfg: RunConfig) -> list[ConfigProblem]:
             "model.path=<dir or hub id>, or model=tiny_llama",
         )
     local_exec = cfg.cluster.executor is not ExecutorKind.slurm
-    looks_local = m.path.startswith(("/", ".", "~"))
-    if not m.generate and local_exec and looks_local and not Path(m.path).expanduser().exists():
-        out.add(
-            "model.path",
-            m.path,
-            "does not exist on this machine (the local executor serves from here)",
-            "point model.path at the model's directory",
-        )
+    if not m.generate and local_exec and is_local_path(m.path):
+        out.extend(_local_model_dir(m.path))
     return out
+
+
+def _local_model_dir(path: str) -> list[ConfigProblem]:
+    """A model directory the local executor serves from: there, with a config and weights."""
+    model = Path(path).expanduser()
+    fix = "point model.path at the model's directory (config.json and *.safetensors)"
+    where = "(the local executor serves from this machine)"
+    if not model.exists():
+        return [ConfigProblem("model.path", path, f"does not exist {where}", fix)]
+    if not model.is_dir():
+        return [ConfigProblem("model.path", path, "is a file, not a model directory", fix)]
+    if not (model / "config.json").is_file():
+        why = "holds no config.json: vLLM reads the model's architecture from it"
+        return [ConfigProblem("model.path", path, why, fix)]
+    if not weights_in(model):
+        why = "holds no weights (*.safetensors or *.bin): vLLM has nothing to load"
+        return [ConfigProblem("model.path", path, why, fix)]
+    return []
 
 
 def check_tensor_parallel(cfg: RunConfig) -> list[ConfigProblem]:
@@ -290,12 +304,21 @@ def check_capacity(cfg: RunConfig) -> list[ConfigProblem]:
     _, needed = place_instances(cfg)
     if needed > c.nodes:
         unit = "cores" if _on_cpu(cfg) else "GPUs"
+        fix = f"cluster.nodes={needed}, or fewer/smaller instances"
+        if c.executor is not ExecutorKind.slurm:  # every plan node is this one machine
+            share = (
+                f"server.cpu_share_cores=true (the ranks share this machine's {_cpu_cores(cfg)} "
+                "cores: slower, stalls possible), "
+                if _on_cpu(cfg)
+                else "a machine with more GPUs, "
+            )
+            fix = f"{share}cluster=slurm with cluster.nodes={needed}, or fewer/smaller instances"
         out.add(
             "cluster.nodes",
             c.nodes,
             f"is fewer than the {needed} nodes the topology '{topo.name}' needs "
             f"({topo.placement.name}, {unit} per node)",
-            f"cluster.nodes={needed}, or fewer/smaller instances",
+            fix,
         )
     return out
 
@@ -516,17 +539,29 @@ def check_tracking(cfg: RunConfig) -> list[ConfigProblem]:
 
 
 def check_command(cfg: RunConfig) -> list[ConfigProblem]:
-    """What a command needs of the cluster."""
-    if cfg.command is Command.transfer_bench and cfg.cluster.executor is ExecutorKind.debug:
-        return [
-            ConfigProblem(
-                "cluster.executor",
-                "debug",
-                "runs one task in the driver; the transfer bench needs two (owner and reader)",
-                "cluster=local or cluster=slurm",
+    """What a command needs of the cluster; what the debug executor cannot apply."""
+    out = Problems()
+    if cfg.cluster.executor is not ExecutorKind.debug:
+        return out
+    if cfg.command is Command.transfer_bench:
+        out.add(
+            "cluster.executor",
+            "debug",
+            "runs one task in the driver; the transfer bench needs two (owner and reader)",
+            "cluster=local or cluster=slurm",
+        )
+    c = cfg.cluster
+    for name, value in (("cluster.env", c.env), ("cluster.setup", c.setup)):
+        if value:
+            out.add(
+                name,
+                value,
+                "is applied to a job's tasks, but the debug executor runs the job inside "
+                "this process, which never takes it",
+                "cluster=local (its tasks take it), or set it in the shell before python -m "
+                "pdbench",
             )
-        ]
-    return []
+    return out
 
 
 def check_extra_args(cfg: RunConfig) -> list[ConfigProblem]:
@@ -634,6 +669,27 @@ def check_kv_blocks(cfg: RunConfig) -> list[ConfigProblem]:
 
 
 DIR_EXAMPLES = {"dir": "dir=results/NAME", "cache_dir": "cache_dir=~/.cache/pdbench"}
+NAME_MAX, PATH_MAX = 255, 4096  # Linux's limits on one path component and on a whole path
+# Room for what a run writes below its dir: logs/<deployment id>/<instance>.log,
+# rendezvous/<deployment id>/<job>.<restart>/..., submitit's files.
+ROOM_BELOW_DIR = 512
+
+
+def _shortened(value: str, keep: int = 60) -> str:
+    return value if len(value) <= 2 * keep else f"{value[:keep]}...({len(value)} characters)"
+
+
+def _too_long(path: Path) -> str:
+    """Why ``path`` is too long to hold a run's files, '' when it is not."""
+    longest = max((len(part.encode()) for part in path.parts), default=0)
+    if longest > NAME_MAX:
+        return f"has a name of {longest} bytes, longer than the {NAME_MAX} a file name may have"
+    if len(str(path).encode()) + ROOM_BELOW_DIR > PATH_MAX:
+        return (
+            f"is {len(str(path).encode())} bytes long: with the files a run writes below it "
+            f"(~{ROOM_BELOW_DIR} more) its paths would pass the {PATH_MAX}-byte limit"
+        )
+    return ""
 
 
 def _dir_problem(name: str, value: str) -> ConfigProblem | None:
@@ -642,6 +698,9 @@ def _dir_problem(name: str, value: str) -> ConfigProblem | None:
     if not value.strip():
         return ConfigProblem(name, "''", "is empty", f"{example} (or leave the default)")
     path = Path(value).expanduser().absolute()
+    too_long = _too_long(path)
+    if too_long:
+        return ConfigProblem(name, _shortened(value), too_long, f"a shorter path, e.g. {example}")
     if path.exists() and not path.is_dir():
         return ConfigProblem(
             name, value, "is a file, not a directory", f"a directory path, e.g. {example}"
@@ -707,7 +766,7 @@ RULES: tuple[Rule, ...] = (
     *PREMISE_RULES,
     check_transfer_bench,
 )
-WARNINGS: tuple[Rule, ...] = (*PREMISE_WARNINGS,)
+WARNINGS: tuple[Rule, ...] = (*PREMISE_WARNINGS, warn_model_path_checked_on_the_nodes)
 
 
 def validate(cfg: RunConfig) -> list[ConfigProblem]:

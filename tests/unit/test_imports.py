@@ -59,6 +59,7 @@ CORE = {
     "pdbench.validate.model_source",
     "pdbench.validate.premises",
     "pdbench.validate.bench",
+    "pdbench.validate.unchecked",
     "pdbench.spec.transfer_bench",
     "pdbench.spec.ucx",
     "pdbench.spec.vllm_install",  # which vLLM the servers run, how they start (package metadata)

@@ -14,7 +14,7 @@ from pdbench.config.schema import (
     RoleSpec,
     TopologyConfig,
 )
-from pdbench.validate.rules import ConfigError, ConfigProblem, check, validate
+from pdbench.validate.rules import ConfigError, ConfigProblem, check, validate, warnings
 from tests.unit.helpers import cpu_run, gpu_run
 
 pytestmark = pytest.mark.unit
@@ -76,7 +76,18 @@ def test_instance_tp_must_fit_a_node():
 
 def test_instances_must_fit_the_nodes():
     # 2 x TP4 prefill + 2 x TP4 decode = 16 GPUs: two 8-GPU nodes, the cluster gives one.
-    only(gpu_run(p_tp=4, d_tp=4, p=2, d=2), "cluster.nodes", 1, "2 nodes", "GPUs")
+    p = only(gpu_run(p_tp=4, d_tp=4, p=2, d=2), "cluster.nodes", 1, "2 nodes", "GPUs")
+    assert p.fix.startswith("cluster.nodes=2")
+
+
+def test_on_one_machine_more_nodes_is_no_fix():
+    # The local executor runs every plan node on this machine: more "nodes" are the same
+    # cores; the fix is to share them, or a real cluster.
+    cfg = cpu_run()
+    cfg.topology = TopologyConfig(name="p1_d2", prefill=RoleSpec(1, 1), decode=RoleSpec(1, 2))
+    p = only(cfg, "cluster.nodes", 1, "2 nodes the topology 'p1_d2' needs")
+    assert p.fix.startswith("server.cpu_share_cores=true (the ranks share this machine's 2 cores")
+    assert "cluster=slurm with cluster.nodes=2" in p.fix
 
 
 def test_cross_node_needs_two_nodes():
@@ -225,14 +236,28 @@ def test_topology_needs_an_instance():
     only(cfg, "topology", "empty", "no instance")
 
 
+def replace_path(cfg, path):
+    cfg.model = replace(cfg.model, path=str(path))
+    return cfg
+
+
 def test_model_path_needed_unless_generated(tmp_path):
     cfg = cpu_run()
     cfg.model = replace(cfg.model, generate=False, path="")
     only(cfg, "model.path", "''", "nothing to serve")
     cfg.model = replace(cfg.model, path=str(tmp_path / "missing"))
     only(cfg, "model.path", tmp_path / "missing", "does not exist")
-    cfg.model = replace(cfg.model, path=str(tmp_path))
-    assert problems_for(cfg, "model.path") == []
+    only(replace_path(cfg, tmp_path), "model.path", tmp_path, "holds no config.json")
+    (tmp_path / "config.json").write_text("{}")
+    only(replace_path(cfg, tmp_path), "model.path", tmp_path, "holds no weights")
+    (tmp_path / "model.safetensors").write_bytes(b"")
+    assert problems_for(replace_path(cfg, tmp_path), "model.path") == []
+    only(
+        replace_path(cfg, tmp_path / "config.json"),
+        "model.path",
+        tmp_path / "config.json",
+        "a file",
+    )
     cfg.model = replace(cfg.model, path="meta-llama/Llama-3.1-8B-Instruct")  # a hub id
     assert problems_for(cfg, "model.path") == []
     cfg.model = replace(cfg.model, generate=True, path="/models/x")
@@ -305,3 +330,27 @@ def test_sweep_axes_and_kv_sampling_are_checked():
     cfg.flow.kv_tail = True
     cfg.flow.kv_sample_period_s = 0
     only(cfg, "flow.kv_tail", True, "sampling off")
+
+
+def test_the_debug_executor_refuses_settings_it_cannot_apply():
+    cfg = cpu_run()
+    cfg.cluster.executor = ExecutorKind.debug
+    cfg.cluster.env = {"FOO": "bar"}
+    cfg.cluster.setup = ["module load x"]
+    only(cfg, "cluster.env", {"FOO": "bar"}, "runs the job inside this process")
+    only(cfg, "cluster.setup", ["module load x"], "Fix: cluster=local")
+    cfg.cluster.executor = ExecutorKind.local  # its tasks take both
+    assert problems_for(cfg, "cluster.env") == problems_for(cfg, "cluster.setup") == []
+
+
+def test_a_cluster_model_path_not_seen_here_is_left_to_the_preflight_and_said(tmp_path):
+    cfg = gpu_run()
+    cfg.model = replace(cfg.model, path="/nowhere/Llama-3.1-8B")
+    assert problems_for(cfg, "model.path") == []  # not refused: the nodes may mount it
+    (said,) = [str(w) for w in warnings(cfg)]
+    assert said.startswith("model.path=/nowhere/Llama-3.1-8B: is not on this machine; each job's")
+    cfg.launch.preflight = False
+    (said,) = [str(w) for w in warnings(cfg)]
+    assert "launch.preflight=false: nothing checks it" in said
+    cfg.model = replace(cfg.model, path=str(tmp_path))  # seen here: nothing to say
+    assert warnings(cfg) == []
