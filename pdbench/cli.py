@@ -21,6 +21,7 @@ from pathlib import Path
 from omegaconf import OmegaConf, open_dict
 from omegaconf.errors import OmegaConfBaseException
 
+from pdbench.config.given import given_problems
 from pdbench.config.overrides import OverrideError, check_overrides, combinations, schema
 from pdbench.config.schema import Command, RunConfig, register_configs
 from pdbench.config.tree import CONF_DIR, ROOT_CONFIG
@@ -222,7 +223,7 @@ def precheck(inv: Invocation) -> list[Job]:
         if cfg.command is Command.status:
             problems += _status_problems(job, cfg)
             continue
-        problems += [label + str(p) for p in validate(cfg)]
+        problems += [label + str(p) for p in given_problems(job, cfg) + validate(cfg)]
     if problems:
         raise UsageError(f"{len(problems)} problem(s) in the config:\n" + "\n".join(problems))
     return typed

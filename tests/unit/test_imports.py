@@ -48,6 +48,7 @@ CORE = {
     "pdbench.spec.sbatch",
     "pdbench.spec.launch",
     "pdbench.config.problems",
+    "pdbench.config.given",
     "pdbench.validate.capacity",
     "pdbench.spec.server_flags",
     "pdbench.validate.gpu",
