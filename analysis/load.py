@@ -36,7 +36,7 @@ from typing import Any
 import pandas as pd
 
 from pdbench.results.store import TTFT_SPLIT_PARTS as SPLIT_PARTS
-from pdbench.results.store import RunStore
+from pdbench.results.store import CorruptRecord, RunStore
 
 # canonical column -> accepted names, first match wins (connector/transfer_trace.py writes
 # the first name of each). Times in seconds unless the name says ``_ms``/``_us``
@@ -387,8 +387,8 @@ def load_runs(run_dirs: list[str | Path], progress: Progress | None = _stderr) -
         store = RunStore(root)
         try:
             manifests[run_dir] = store.read_manifest()
-        except (OSError, json.JSONDecodeError):
-            notes.append(f"{run_dir}: no readable manifest.json (provenance unknown)")
+        except (OSError, CorruptRecord) as exc:
+            notes.append(f"{run_dir}: no readable manifest.json (provenance unknown): {exc}")
         files = sorted(store.points_dir.glob("*.json")) if store.points_dir.is_dir() else []
         if len(files) > 50:
             say(f"[analysis] {run_dir}: reading {len(files)} point records ...")

@@ -55,19 +55,22 @@ def pending_deployments(
     ]
 
 
-def read_previous_manifest(store: RunStore) -> dict[str, Any]:
-    """The dir's manifest, ``{}`` for a new dir."""
-    return store.read_manifest() if (store.root / "manifest.json").exists() else {}
+def read_previous_manifest(store: RunStore, say: bool = True) -> dict[str, Any]:
+    """The dir's manifest, ``{}`` for a new dir or one that does not parse (named when
+    ``say``: a launch sets it aside in ``write_manifest``, a dry run writes nothing)."""
+    manifest, note = store.previous_manifest(set_aside=False)
+    if note and say:
+        print(f"[pdbench] {note}", flush=True)
+    return manifest
 
 
 def check_same_experiment(cfg: RunConfig, store: RunStore, origin: LaunchOrigin) -> None:
     """Refuse (``ConfigError``) a launch that measures something else than the dir holds,
     unless ``launch.allow_mixed`` (pdbench.results.manifest)."""
+    manifest = read_previous_manifest(store, say=cfg.launch.dry_run)
     if cfg.launch.allow_mixed:
         return
-    problem = mixed_launch_problem(
-        read_previous_manifest(store), to_jsonable(cfg), origin, str(store.root)
-    )
+    problem = mixed_launch_problem(manifest, to_jsonable(cfg), origin, str(store.root))
     if problem is not None:
         raise ConfigError([problem])
 
@@ -146,7 +149,9 @@ def write_manifest(
         previous.clear()
         previous.update(manifest)
 
-    store.update_manifest(update)
+    note = store.update_manifest(update)
+    if note:
+        print(f"[pdbench] {note}", flush=True)
 
 
 def merge_deployments(previous: list[dict[str, Any]], plan: Plan) -> list[dict[str, Any]]:

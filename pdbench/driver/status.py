@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -47,15 +49,69 @@ def local_state(job_id: str) -> str:
 
 
 def job_state(job: dict) -> str:
+    job_id = str(job.get("job_id", ""))
+    if not job_id:
+        return "unknown (the manifest's entry names no job id)"
     if job.get("executor") == "local":
-        return local_state(job["job_id"])
-    state = slurm_state(job["job_id"]) if job["job_id"].isdigit() else ""
+        return local_state(job_id)
+    state = slurm_state(job_id) if job_id.isdigit() else ""
     return state or "not known to SLURM (ended and purged, or another cluster's)"
+
+
+COMMAND_LINE = re.compile(r'"command_line":\s*"((?:[^"\\]|\\.)*)"')
+
+
+def last_command_line(text: str) -> str:
+    """The last launch's command line, read from a manifest's text even when it does not
+    parse as a whole (a torn write keeps the lines before the tear)."""
+    found = [m.group(1) for m in COMMAND_LINE.finditer(text)]
+    found = [c for c in found if c]
+    try:
+        return json.loads(f'"{found[-1]}"') if found else ""
+    except json.JSONDecodeError:
+        return ""
+
+
+def print_corrupt_manifest(store: RunStore, err: CorruptRecord) -> None:
+    """What status can still say of a dir whose manifest does not parse: its Points, and the
+    rerun that sets the manifest aside."""
+    print(f"run in {store.root}: {err}")
+    print("  its launches and jobs are unknown; the Points recorded in points/:")
+    counts, notes = count_points(store, [p.stem for p in sorted(store.points_dir.glob("*.json"))])
+    print(f"  {counts['ok']} ok, {counts['failed']} failed, {counts['corrupt']} corrupt")
+    for note in notes:
+        print(note)
+    command = last_command_line(store.manifest_path.read_text(errors="replace"))
+    rerun = command or "the command that made the run"
+    print(
+        f"  Fix: rerun {rerun} with dir={store.root} (a dry run first: launch.dry_run=true): "
+        "the launch sets the corrupt manifest aside and starts a new one; Points recorded ok "
+        "are skipped"
+    )
+
+
+def count_points(store: RunStore, point_ids: list[str]) -> tuple[dict[str, int], list[str]]:
+    """Points by state, and a line for each failed or corrupt one."""
+    counts = dict.fromkeys(POINT_STATES, 0)
+    notes = []
+    for pid in point_ids:
+        try:
+            rec = store.read_point(pid)
+        except CorruptRecord as err:
+            counts["corrupt"] += 1
+            notes.append(f"    corrupt {err} (a rerun measures it again)")
+            continue
+        state = "pending" if rec is None else str(rec.get("status", "failed"))
+        counts[state] = counts.get(state, 0) + 1
+        if state == "failed":
+            first = str(rec.get("error") or "").splitlines()[:1]
+            notes.append(f"    failed {pid}: {first[0] if first else ''}")
+    return counts, notes
 
 
 def print_status(run_dir: str) -> None:
     store = RunStore(run_dir)
-    if not (store.root / "manifest.json").exists():
+    if not store.manifest_path.exists():
         raise SystemExit(
             f"dir={run_dir}: no manifest.json there. Fix: pass the run directory "
             "that `python -m pdbench` printed (results/<name>-<time>)."
@@ -63,32 +119,26 @@ def print_status(run_dir: str) -> None:
     try:
         manifest = store.read_manifest()
     except CorruptRecord as err:
-        raise SystemExit(f"{err}. Fix: rerun the same command to rewrite it") from err
+        print_corrupt_manifest(store, err)
+        return
     print(f"run {manifest.get('name')} in {store.root}")
     print("\n".join(history_lines(manifest)))
     for job in manifest.get("jobs", []):
-        print(f"  job {job['job_id']} ({job['deployment_id']}): {job_state(job)}")
-        print(f"    logs: {job['stdout']}  {job['stderr']}")
+        if not isinstance(job, dict):
+            continue
+        print(f"  job {job.get('job_id', '?')} ({job.get('deployment_id', '?')}): {job_state(job)}")
+        print(f"    logs: {job.get('stdout', '?')}  {job.get('stderr', '?')}")
     for dep in manifest.get("deployments", []):
-        counts = dict.fromkeys(POINT_STATES, 0)
-        notes = []
-        for pid in dep["points"]:
-            try:
-                rec = store.read_point(pid)
-            except CorruptRecord as err:
-                counts["corrupt"] += 1
-                notes.append(f"    corrupt {err} (a rerun measures it again)")
-                continue
-            state = "pending" if rec is None else str(rec.get("status", "failed"))
-            counts[state] = counts.get(state, 0) + 1
-            if state == "failed":
-                first = (rec.get("error") or "").splitlines()[:1]
-                notes.append(f"    failed {pid}: {first[0] if first else ''}")
+        if not isinstance(dep, dict):
+            continue
+        dep_id = str(dep.get("deployment_id", "?"))
+        points = [str(p) for p in dep.get("points") or []]
+        counts, notes = count_points(store, points)
         corrupt = f"{counts['corrupt']} corrupt, " if counts["corrupt"] else ""
         print(
-            f"  deployment {dep['deployment_id']}: {counts['ok']} ok, {counts['failed']} failed, "
-            f"{corrupt}{counts['pending']} pending of {len(dep['points'])}"
+            f"  deployment {dep_id}: {counts['ok']} ok, {counts['failed']} failed, "
+            f"{corrupt}{counts['pending']} pending of {len(points)}"
         )
-        print(f"    server logs: {Path(store.logs_dir(dep['deployment_id']))}")
+        print(f"    server logs: {Path(store.logs_dir(dep_id))}")
         for note in notes:
             print(note)

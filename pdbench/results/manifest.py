@@ -42,9 +42,11 @@ class LaunchOrigin:
 
 
 def launches(manifest: dict[str, Any]) -> list[dict[str, Any]]:
-    """The dir's launches, oldest first; a manifest written before the history kept one."""
+    """The dir's launches, oldest first; a manifest written before the history kept one.
+    Entries that are not objects are left out; each has a ``config`` (``{}`` if it lost it)."""
     if "launches" in manifest:
-        return list(manifest["launches"])
+        kept = [launch for launch in manifest["launches"] or [] if isinstance(launch, dict)]
+        return [{**launch, "config": launch.get("config") or {}} for launch in kept]
     if "config" not in manifest:
         return []
     return [

@@ -269,11 +269,47 @@ class RunStore:
     def traces_dir(self, point_id: str) -> Path:
         return self.root / "traces" / point_id
 
+    @property
+    def manifest_path(self) -> Path:
+        return self.root / "manifest.json"
+
     def write_manifest(self, manifest: dict[str, Any]) -> None:
-        write_json_atomic(self.root / "manifest.json", manifest)
+        write_json_atomic(self.manifest_path, manifest)
 
     def read_manifest(self) -> dict[str, Any]:
-        return read_record(self.root / "manifest.json")
+        return read_record(self.manifest_path)
+
+    def previous_manifest(self, set_aside: bool) -> tuple[dict[str, Any], str]:
+        """The dir's manifest (``{}`` for a new dir) and, when it does not parse, what became
+        of it: set aside (``set_aside``; the launch then starts a new history, as a corrupt
+        Point is measured again) or, for a dry run, what a launch would do with it."""
+        if not self.manifest_path.exists():
+            return {}, ""
+        try:
+            return self.read_manifest(), ""
+        except CorruptRecord as err:
+            if not set_aside:
+                return {}, (
+                    f"{err}: a launch sets it aside and starts a new history (its launches and "
+                    "jobs are lost; its Points recorded ok are still skipped)"
+                )
+            aside = self.set_aside(self.manifest_path)
+            return {}, (
+                f"{err}: set aside as {aside.name}; this launch starts a new history (the old "
+                "launches and jobs are in that file; Points recorded ok are still skipped)"
+            )
+
+    def set_aside(self, path: Path) -> Path:
+        """Rename a corrupt record to ``<stem>.corrupt-<time><suffix>`` beside it: kept for
+        a reader, out of the way of a new one."""
+        stamp = time.strftime("%Y%m%d-%H%M%S")
+        aside = path.with_name(f"{path.stem}.corrupt-{stamp}{path.suffix}")
+        n = 1
+        while aside.exists():
+            n += 1
+            aside = path.with_name(f"{path.stem}.corrupt-{stamp}-{n}{path.suffix}")
+        path.rename(aside)
+        return aside
 
     @contextmanager
     def _manifest_lock(self):
@@ -310,14 +346,16 @@ class RunStore:
         _CLAIMED[key] = lock
         return None
 
-    def update_manifest(self, mutate: Callable[[dict[str, Any]], None]) -> None:
+    def update_manifest(self, mutate: Callable[[dict[str, Any]], None]) -> str:
         """Read, change and write the manifest under a lock: the driver (jobs it submitted)
-        and the jobs (their nodes' preflight findings) both add to it."""
+        and the jobs (their nodes' preflight findings) both add to it. One that does not
+        parse is set aside (``set_aside``) and a new one begun, so that nothing fails on
+        it; returns what was set aside ('' when nothing was)."""
         with self._manifest_lock():
-            path = self.root / "manifest.json"
-            manifest = read_record(path) if path.exists() else {}
+            manifest, note = self.previous_manifest(set_aside=True)
             mutate(manifest)
             self.write_manifest(manifest)
+        return note
 
     def write_point(self, result: PointResult, requests: list[RequestRecord]) -> None:
         """Write the request records first, then the PointResult that points at them."""

@@ -16,7 +16,7 @@ from pdbench.driver.launch import check_same_experiment, write_manifest
 from pdbench.driver.status import print_status
 from pdbench.plan.deployments import make_plan
 from pdbench.results.manifest import LaunchOrigin, launches
-from pdbench.results.store import RunStore
+from pdbench.results.store import PointResult, RunStore
 from tests.unit.helpers import cpu_run
 from tests.unit.test_cli import pdbench
 
@@ -154,3 +154,59 @@ def test_a_launch_into_a_dir_another_launch_follows_is_refused_with_who_holds_it
     assert f"pid {os.getpid()} on " in out.stderr
     assert "or give this launch its own dir=" in out.stderr
     assert not (run_dir / "manifest.json").exists()  # nothing of the refused launch written
+
+
+def corrupt_run(tmp_path):
+    """A smoke run dir with one Point recorded ok and a manifest torn mid-write."""
+    run_dir = tmp_path / "run"
+    cfg = compose_job(["+experiment=smoke", f"dir={run_dir}"])
+    plan = make_plan(cfg)
+    store = RunStore(run_dir)
+    origin = LaunchOrigin.of(["+experiment=smoke", f"dir={run_dir}"])
+    write_manifest(cfg, plan, store, "/model", origin)
+    point = plan.all_points()[0]
+    store.write_point(PointResult(point.point_id, "ok", "", point.flow.value, {}, {}), [])
+    text = store.manifest_path.read_text()
+    store.manifest_path.write_text(text[: len(text) // 2])  # torn
+    return run_dir, store, point
+
+
+def test_status_of_a_corrupt_manifest_names_it_counts_the_points_and_gives_the_rerun(
+    tmp_path, capsys
+):
+    run_dir, _, _ = corrupt_run(tmp_path)
+    print_status(str(run_dir))
+    out = capsys.readouterr().out
+    assert out.startswith(f"run in {run_dir}: {run_dir}/manifest.json: corrupt record (")
+    assert "  1 ok, 0 failed, 0 corrupt" in out
+    assert f"Fix: rerun python -m pdbench +experiment=smoke dir={run_dir} with dir={run_dir}" in out
+
+
+def test_the_rerun_of_a_corrupt_manifest_sets_it_aside_and_skips_what_is_ok(tmp_path):
+    run_dir, store, point = corrupt_run(tmp_path)
+    torn = store.manifest_path.read_text()
+    dry = pdbench("+experiment=smoke", f"dir={run_dir}", "launch.dry_run=true")
+    assert dry.returncode == 0, dry.stderr
+    assert f"[pdbench] {run_dir}/manifest.json: corrupt record (" in dry.stdout
+    assert "a launch sets it aside and starts a new history" in dry.stdout
+    assert f"skip {point.point_id} (ok)" in dry.stdout
+    assert store.manifest_path.read_text() == torn  # a dry run writes nothing
+    cfg = compose_job(["+experiment=smoke", f"dir={run_dir}"])
+    launch_into(cfg, LaunchOrigin.of(["+experiment=smoke"]))  # what the launch does
+    (aside,) = run_dir.glob("manifest.corrupt-*.json")
+    assert aside.read_text() == torn
+    assert len(launches(store.read_manifest())) == 1  # a new history
+
+
+def test_a_manifest_entry_missing_keys_is_shown_not_a_key_error(tmp_path, capsys):
+    cfg = cpu_run(dir=str(tmp_path))
+    write_manifest(cfg, make_plan(cfg), RunStore(tmp_path), "/model")
+    manifest = RunStore(tmp_path).read_manifest()
+    manifest["jobs"] = [{"deployment_id": "x"}, {"job_id": "123"}, "junk"]
+    manifest["deployments"].append({"points": ["nope"]})
+    manifest["launches"].append({"at": 0})
+    (tmp_path / "manifest.json").write_text(json.dumps(manifest))
+    print_status(str(tmp_path))
+    out = capsys.readouterr().out
+    assert "job ? (x): unknown (the manifest's entry names no job id)" in out
+    assert "job 123 (?): " in out and "deployment ?: 0 ok, 0 failed, 1 pending of 1" in out
