@@ -2,7 +2,7 @@
 
 ``--help`` prints pdbench's own page (``pdbench.help``) without importing Hydra or the
 driver; everything else goes to ``pdbench.cli.main``: every job of the command line is
-composed and validated before Hydra starts one (a bad key, preset or value prints its
+composed and validated once, before any runs (a bad key, preset or value prints its
 message alone and exits 2; ``--debug`` or ``PDBENCH_DEBUG=1`` shows the traceback).
 """
 

@@ -1,37 +1,36 @@
-"""The command line: arguments checked, every job composed and validated, then dispatched.
+"""The command line: arguments checked, every job composed and validated once, then run.
 
-``precheck`` runs before Hydra starts anything: it refuses unknown keys and presets
-(``pdbench.config.overrides``), composes every job of the command line (each of a ``-m`` sweep)
-as Hydra will, types it and runs ``pdbench.validate.rules`` on it. Whatever is wrong comes back
-as one ``UsageError`` that ``__main__`` prints alone and exits 2 with; a typo never gets
-as far as a launch. ``dispatch`` then runs one typed job's ``command``.
+``precheck`` refuses unknown keys and presets (``pdbench.config.overrides``), composes every
+job of the command line (each of a ``-m`` sweep) with Hydra's compose API
+(``pdbench.config.compose``), types it and runs ``pdbench.validate.rules`` on it. Whatever is
+wrong comes back as one ``UsageError`` that ``__main__`` prints alone and exits 2 with; a
+typo never gets as far as a launch. The typed jobs it returns are the ones that run:
+``dispatch`` runs one job's ``command``; the SLURM runs of a sweep are all submitted before
+any is followed. Hydra's own options that print (``--cfg``, ``--info``, ``--hydra-help``,
+shell completion) go to Hydra as they are.
 """
 
 from __future__ import annotations
 
 import difflib
 import os
-import shutil
 import sys
-import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from omegaconf import OmegaConf, open_dict
 from omegaconf.errors import OmegaConfBaseException
 
+from pdbench.config.compose import Composer
 from pdbench.config.given import given_problems
 from pdbench.config.overrides import OverrideError, check_overrides, combinations, schema
-from pdbench.config.schema import Command, RunConfig, register_configs
-from pdbench.config.tree import CONF_DIR, ROOT_CONFIG
-from pdbench.driver.launch import launch, run_transfer_bench
+from pdbench.config.schema import Command, ExecutorKind, RunConfig, register_configs
+from pdbench.driver.launch import Ended, Launched, finish_sweep, launch
 from pdbench.driver.preflight import run_preflight_alone
 from pdbench.driver.report_table import print_run_table
 from pdbench.driver.status import print_status
-from pdbench.driver.sweep import Sweep
+from pdbench.driver.transfer_bench import run_transfer_bench
 from pdbench.results.manifest import LaunchOrigin
-from pdbench.results.store import RunStore
 from pdbench.validate.rules import ConfigError, validate
 
 RUN_ALIASES = ("run.dir=", "run.name=")  # older spellings of dir= and name=
@@ -124,26 +123,6 @@ def parse_argv(argv: list[str]) -> Invocation:
     return inv
 
 
-def compose_job(overrides: list[str]) -> RunConfig:
-    """One job's typed config, composed from ``conf/`` as ``python -m pdbench`` does."""
-    from hydra import compose, initialize_config_dir  # lazy: hydra (~0.4 s), not for --help
-    from hydra.core.global_hydra import GlobalHydra  # lazy: as above
-    from hydra.core.hydra_config import HydraConfig  # lazy: as above
-
-    register_configs()
-    GlobalHydra.instance().clear()
-    try:
-        with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-            dcfg = compose(ROOT_CONFIG, overrides=overrides, return_hydra_config=True)
-        HydraConfig.instance().set_config(dcfg)  # ${hydra:...} resolves as in a job
-        with open_dict(dcfg):
-            del dcfg["hydra"]
-        return OmegaConf.to_object(dcfg)
-    finally:
-        HydraConfig.instance().cfg = None
-        GlobalHydra.instance().clear()
-
-
 DETAIL_MARKS = ("full_key:", "reference_type=", "object_type=", "$VALUE")
 # OmegaConf's words for a mistake, and the fix pdbench adds to them.
 FIXES = {
@@ -192,7 +171,16 @@ class Job:
     cfg: RunConfig
 
 
-def precheck(inv: Invocation) -> list[Job]:
+class Jobs(list[Job]):
+    """Every job of a command line, typed and validated, in order; ``composer`` composed
+    them and holds what Hydra sets up for jobs that run (their logging)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.composer = Composer()
+
+
+def precheck(inv: Invocation) -> Jobs:
     """Every job of the command line, typed and validated; ``UsageError`` otherwise."""
     from hydra.errors import HydraException  # lazy: hydra, not for --help
 
@@ -209,11 +197,11 @@ def precheck(inv: Invocation) -> list[Job]:
         raise UsageError(
             "a value list (a,b) sweeps: add -m to run one job per value (Hydra multirun)"
         )
-    typed, problems = [], []
+    typed, problems = Jobs(), []
     for job in jobs:
         label = f"[{' '.join(job)}] " if len(jobs) > 1 else ""
         try:
-            cfg = compose_job(job)
+            cfg = typed.composer(job)
         except (HydraException, OmegaConfBaseException) as err:
             text = error_text(err)
             fixes = [fix for words, fix in FIXES.items() if words in text]
@@ -229,11 +217,6 @@ def precheck(inv: Invocation) -> list[Job]:
     return typed
 
 
-def leaves_nothing(jobs: list[Job]) -> bool:
-    """Jobs that only print (dry runs, status): a sweep of them keeps no folder."""
-    return all(job.cfg.launch.dry_run or job.cfg.command is Command.status for job in jobs)
-
-
 def print_checked(jobs: list[Job]) -> None:
     """What the verb ``check`` prints once every job has passed ``precheck``."""
     for job in jobs:
@@ -245,19 +228,16 @@ def print_checked(jobs: list[Job]) -> None:
 
 
 def _run(cfg: RunConfig, origin: LaunchOrigin) -> None:
-    outcome = launch(cfg, origin)
-    if outcome.get("dry_run"):
-        return
-    if "jobs" in outcome:  # launch.detach=true: submitted, not followed
+    launched = launch(cfg, origin)
+    if launched.ended is Ended.submitted:  # launch.detach=true: submitted, not followed
         print(
-            f"[pdbench] {outcome['submitted']} job(s) submitted; follow them with: "
+            f"[pdbench] {len(launched.jobs)} job(s) submitted; follow them with: "
             f"python -m pdbench status dir={cfg.dir}"
         )
+    if launched.ended is not Ended.followed:
         return
-    store = RunStore(cfg.dir)
-    print_run_table(store.iter_points(), cfg.dir)
-    failed_jobs = [r for r in outcome.get("results", []) if "error" in r]
-    if failed_jobs or any(p.get("status") != "ok" for p in store.iter_points()):
+    print_run_table(launched.run_dir.store.iter_points(), cfg.dir)
+    if not launched.ok:
         raise SystemExit(1)
 
 
@@ -282,16 +262,22 @@ COMMANDS: dict[Command, Callable[[RunConfig, LaunchOrigin], None]] = {
 }
 
 
-def dispatch(
-    cfg: RunConfig, origin: LaunchOrigin | None = None, sweep: Sweep | None = None
-) -> None:
+def submits_now(cfg: RunConfig) -> bool:
+    """In a ``-m`` sweep, a run submitted at once and followed at the sweep's end with the
+    others (SLURM runs them side by side); local runs go one after another."""
+    return (
+        cfg.command is Command.run
+        and cfg.cluster.executor is ExecutorKind.slurm
+        and not cfg.launch.dry_run
+    )
+
+
+def dispatch(cfg: RunConfig, origin: LaunchOrigin, sweep: list[Launched] | None = None) -> None:
     """Run ``cfg.command``; ``origin``: the command line (every job of a sweep shares it). In
-    a sweep, a SLURM run is only submitted (the sweep follows every job together at its end:
-    ``pdbench.driver.sweep``)."""
+    a sweep (``sweep`` collects them), a SLURM run is only submitted."""
     cfg.dir = str(Path(cfg.dir).expanduser().resolve())  # jobs may start elsewhere
-    origin = origin or LaunchOrigin.of(sys.argv[1:])
-    if sweep is not None and sweep.takes(cfg):
-        sweep.add(cfg, launch(cfg, origin, follow_jobs=False))
+    if sweep is not None and submits_now(cfg):
+        sweep.append(launch(cfg, origin, follow_jobs=False))
         return
     COMMANDS[cfg.command](cfg, origin)
 
@@ -312,21 +298,17 @@ def _fail(err: BaseException, debug: bool) -> None:
     raise SystemExit(USAGE_EXIT)
 
 
-def _run_hydra(
-    argv: list[str], debug: bool, origin: LaunchOrigin, sweep: Sweep | None = None
-) -> None:
-    import hydra  # lazy: hydra (~0.4 s) only when a job runs, not for --help
-    from omegaconf import DictConfig, OmegaConf  # lazy: with hydra
+def _hydra_prints(argv: list[str], debug: bool) -> None:
+    """Hand Hydra's own printing options (``--cfg``, ``--info``, ``--hydra-help``, shell
+    completion) to Hydra, as ``@hydra.main`` reads them: it prints and runs no job."""
+    import hydra  # lazy: hydra (~0.4 s) only here, not for --help
+    from omegaconf import DictConfig  # lazy: with hydra
 
     register_configs()
 
     @hydra.main(config_path="../conf", config_name="config", version_base="1.3")
     def entry(dcfg: DictConfig) -> None:
-        cfg: RunConfig = OmegaConf.to_object(dcfg)  # typed once, here
-        try:
-            dispatch(cfg, origin, sweep)
-        except ConfigError as err:
-            _fail(err, debug)
+        raise AssertionError("Hydra runs no job when it only prints")  # pragma: no cover
 
     if debug:
         os.environ["HYDRA_FULL_ERROR"] = "1"
@@ -334,12 +316,36 @@ def _run_hydra(
     entry()
 
 
+def run_jobs(jobs: Jobs, origin: LaunchOrigin, multirun: bool, debug: bool) -> None:
+    """Run every job, in order; a sweep's SLURM runs are submitted as they come and
+    followed together at its end."""
+    jobs.composer.configure_logging()  # as Hydra does for a job
+    sweep: list[Launched] | None = [] if multirun else None
+    try:
+        for job in jobs:
+            try:
+                dispatch(job.cfg, origin, sweep)
+            except ConfigError as err:
+                _fail(err, debug)
+    except SystemExit:
+        if sweep:  # a later job failed: say what still runs
+            for run_dir in dict.fromkeys(launched.run_dir.store.root for launched in sweep):
+                print(
+                    "[pdbench] this sweep's jobs already submitted keep running; follow them "
+                    f"with: python -m pdbench status dir={run_dir}",
+                    file=sys.stderr,
+                )
+        raise
+    if sweep and not finish_sweep(sweep):
+        raise SystemExit(1)
+
+
 def main(argv: list[str]) -> None:
     """``python -m pdbench ARGV`` (but ``--help``: ``pdbench.help``)."""
     debug = _debug(argv)
     argv = [a for a in argv if a != DEBUG_FLAG]
     inv = parse_argv(argv)
-    jobs = []
+    jobs = Jobs()
     if not inv.show_only:
         try:
             jobs = precheck(inv)
@@ -348,26 +354,7 @@ def main(argv: list[str]) -> None:
     if inv.check_only:
         print_checked(jobs)
         return
-    hydra_argv = inv.argv
-    origin = LaunchOrigin.of(argv)  # one for every job of a -m sweep
-    sweep_dir = ""
-    if inv.multirun and jobs and leaves_nothing(jobs):
-        sweep_dir = tempfile.mkdtemp(prefix="pdbench-sweep-")  # Hydra's folders go here
-        hydra_argv = [*hydra_argv, f"hydra.sweep.dir={sweep_dir}"]
-    sweep = Sweep() if inv.multirun else None
-    try:
-        _run_hydra(hydra_argv, debug, origin, sweep)
-    except SystemExit:
-        if sweep is not None and sweep.submitted:  # a later job failed: say what still runs
-            for run_dir in sweep.run_dirs:
-                print(
-                    "[pdbench] this sweep's jobs already submitted keep running; follow them "
-                    f"with: python -m pdbench status dir={run_dir}",
-                    file=sys.stderr,
-                )
-        raise
-    finally:
-        if sweep_dir:
-            shutil.rmtree(sweep_dir, ignore_errors=True)
-    if sweep is not None and not sweep.finish():
-        raise SystemExit(1)
+    if inv.show_only or inv.shows_config:
+        _hydra_prints(inv.argv, debug)
+        return
+    run_jobs(jobs, LaunchOrigin.of(argv), inv.multirun, debug)

@@ -14,23 +14,20 @@ from pathlib import Path
 
 from jobs.preflight.job import PreflightJob, read_reports, reports_dir, verdict
 from pdbench.config.schema import ExecutorKind, RunConfig
-from pdbench.driver.executors import make_executor
-from pdbench.driver.launch import check_slurm_reachable, model_path_for
-from pdbench.driver.progress import follow
+from pdbench.driver.launch import model_path_for
+from pdbench.driver.submit import check_slurm_reachable, follow, submit
 from pdbench.plan.deployments import make_plan
 from pdbench.results.store import write_json_atomic
 from pdbench.spec.launch import build_launch, describe_preflight
 from pdbench.spec.vllm_install import cluster_servers_vllm
 from pdbench.validate.environment import check_environment
-from pdbench.validate.rules import check
 
 JOB_NAME = "pdbench-preflight"
 
 
 def run_preflight_alone(cfg: RunConfig) -> str:
-    """Validate, plan, run the first Deployment's preflight on its nodes; returns the
-    verdict ("" when every node passed)."""
-    check(cfg)
+    """Plan, run the first Deployment's preflight on its nodes; returns the verdict ("" when
+    every node passed)."""
     plan = make_plan(cfg)
     model_path = model_path_for(cfg, create=not cfg.launch.dry_run)
     spec = build_launch(cfg, plan, model_path, vllm=cluster_servers_vllm(cfg.cluster))
@@ -44,15 +41,16 @@ def run_preflight_alone(cfg: RunConfig) -> str:
     stamp = time.strftime("%Y%m%d-%H%M%S")
     rendezvous = Path(cfg.dir) / "preflight" / f"alone-{stamp}"
     folder = Path(spec.submitit_folder)
-    executor = make_executor(cfg.cluster, folder, dep.nodes, JOB_NAME)
-    job = executor.submit(PreflightJob(dep, str(rendezvous)))
-    print(f"[pdbench] submitted preflight job {job.job_id}; logs in {folder}", flush=True)
+    work = [(f"preflight (logs in {folder})", PreflightJob(dep, str(rendezvous)))]
+    submitted = submit(cfg.cluster, folder, dep.nodes, JOB_NAME, work)
     directory = reports_dir(rendezvous)
-    outcome = follow(job, lambda: f"{len(read_reports(directory, dep.nodes))}/{dep.nodes} nodes")
+    (outcome,) = follow(
+        submitted, lambda: f"{len(read_reports(directory, dep.nodes))}/{dep.nodes} nodes"
+    )
     reports = read_reports(directory, dep.nodes)
     line = verdict(reports, dep.nodes, 0)
-    if not line and "error" in outcome:
-        line = f"preflight job {job.job_id} failed: {outcome['error']} (logs: {folder})"
+    if not line and outcome.failed:
+        line = f"preflight job {outcome.job_id} failed: {outcome.error} (logs: {folder})"
     write_json_atomic(
         Path(cfg.dir) / "preflight" / f"alone-{stamp}.json",
         {"ok": not line, "line": line, "reports": [reports[r] for r in sorted(reports)]},

@@ -10,6 +10,7 @@ import shutil
 import subprocess
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -38,18 +39,31 @@ def _log_files(job) -> list[Path]:
     return sorted(stdout.parent.glob(f"{job.job_id}_*_log.out")) or [stdout]
 
 
-def outcome(job) -> dict[str, Any]:
+@dataclass(frozen=True)
+class JobOutcome:
+    """How a followed job ended: task 0's result, or why the job failed."""
+
+    job_id: str
+    result: Any = None  # task 0's return value (it did the measuring)
+    error: str = ""  # "" unless the job failed
+
+    @property
+    def failed(self) -> bool:
+        return bool(self.error)
+
+
+def outcome(job) -> JobOutcome:
     """A finished job's result (task 0's: it did the measuring), or its error."""
     try:
         results = job.results()
-        return {"job_id": str(job.job_id), "result": results[0] if results else None}
+        return JobOutcome(str(job.job_id), result=results[0] if results else None)
     except Exception as exc:  # the job failed: say where to look
         print(
             f"[pdbench] job {job.job_id} failed: {type(exc).__name__}: {exc}\n"
             f"  logs: {job.paths.stdout} {job.paths.stderr}",
             flush=True,
         )
-        return {"job_id": str(job.job_id), "error": f"{type(exc).__name__}: {exc}"}
+        return JobOutcome(str(job.job_id), error=f"{type(exc).__name__}: {exc}")
 
 
 def _ordinal(n: int) -> str:
@@ -115,14 +129,14 @@ def follow_all(
     jobs: list,
     recorded: Callable[[], str],
     poll_s: float = 1.0,
-    on_finished: Callable[[int, dict[str, Any]], bool] | None = None,
-) -> list[dict[str, Any]]:
+    on_finished: Callable[[int, JobOutcome], bool] | None = None,
+) -> list[JobOutcome]:
     """Print each new ``[pdbench]`` line of every task of every job behind the elapsed time,
     ``recorded()`` (e.g. "2/3 points") and, with several jobs, the job's id; return every
     job's ``outcome`` once all have ended. ``on_finished(i, outcome)`` returning True
     cancels the jobs still running (``launch.on_failure=stop``)."""
     offsets: dict[Path, int] = {}
-    outcomes: list[dict[str, Any] | None] = [None] * len(jobs)
+    outcomes: list[JobOutcome | None] = [None] * len(jobs)
     queue = QueueWatch([str(j.job_id) for j in jobs if isinstance(j, SlurmJob)])
     start = time.monotonic()
     while True:
@@ -145,8 +159,8 @@ def follow_all(
                     if line.startswith("[pdbench]"):
                         say(f"{who}{line[10:]}")
             if finished:
-                outcomes[i] = outcome(job)
-                if on_finished is not None and on_finished(i, outcomes[i]):
+                ended = outcomes[i] = outcome(job)
+                if on_finished is not None and on_finished(i, ended):
                     _cancel_rest(jobs, outcomes)
         if all(o is not None for o in outcomes):
             return [o for o in outcomes if o is not None]
@@ -160,6 +174,6 @@ def _cancel_rest(jobs: list, outcomes: list) -> None:
             print(f"[pdbench] launch.on_failure=stop: cancelled job {job.job_id}", flush=True)
 
 
-def follow(job, recorded: Callable[[], str], poll_s: float = 1.0) -> dict[str, Any]:
+def follow(job, recorded: Callable[[], str], poll_s: float = 1.0) -> JobOutcome:
     """``follow_all`` of one job."""
     return follow_all([job], recorded, poll_s)[0]

@@ -39,8 +39,8 @@ def test_jobs_are_followed_together_and_each_gets_its_outcome(tmp_path, capsys):
     ex = executor(tmp_path)
     jobs = [ex.submit(says, "one"), ex.submit(fails), ex.submit(says, "three")]
     outcomes = follow_all(jobs, lambda: "0/0 points", poll_s=0.1)
-    assert [o.get("result") for o in outcomes] == ["one", None, "three"]
-    assert "RuntimeError: boom" in outcomes[1]["error"]
+    assert [o.result for o in outcomes] == ["one", None, "three"]
+    assert "RuntimeError: boom" in outcomes[1].error
     out = capsys.readouterr().out
     for job, line in zip(jobs, ("one", "about to fail", "three"), strict=True):
         assert f"| job {job.job_id} {line}" in out
@@ -49,7 +49,7 @@ def test_jobs_are_followed_together_and_each_gets_its_outcome(tmp_path, capsys):
 def test_a_failure_can_cancel_the_jobs_still_running(tmp_path, capsys):
     ex = executor(tmp_path)
     jobs = [ex.submit(fails), ex.submit(sleeps)]
-    outcomes = follow_all(jobs, lambda: "", poll_s=0.1, on_finished=lambda i, o: "error" in o)
-    assert "error" in outcomes[0]
-    assert outcomes[1].get("result") != "slept"  # it did not run to its end
+    outcomes = follow_all(jobs, lambda: "", poll_s=0.1, on_finished=lambda i, o: o.failed)
+    assert outcomes[0].failed
+    assert outcomes[1].result != "slept"  # it did not run to its end
     assert f"cancelled job {jobs[1].job_id}" in capsys.readouterr().out

@@ -7,7 +7,7 @@ import pytest
 from connector.bench_config import MemoryKind
 from jobs.transfer_bench import bench_spec, kv_shape, load_records
 from pdbench.config.schema import ModelConfig, RunConfig
-from pdbench.driver.launch import run_transfer_bench
+from pdbench.driver.transfer_bench import run_transfer_bench
 
 pytestmark = pytest.mark.gpu
 

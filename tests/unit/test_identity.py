@@ -12,7 +12,7 @@ import pytest
 
 from analysis.load import deployment_label, load_runs
 from pdbench.config.schema import Flow, RunConfig
-from pdbench.driver.launch import pending_deployments
+from pdbench.driver.run_dir import pending_deployments
 from pdbench.plan.deployments import Plan, make_plan, to_jsonable
 from pdbench.plan.identity import (
     MEASURED_SECTIONS,

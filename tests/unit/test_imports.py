@@ -76,7 +76,10 @@ DRIVER = {
     "pdbench.config.overrides",
     "pdbench.config.tree",
     "pdbench.driver.preflight",
-    "pdbench.driver.sweep",
+    "pdbench.config.compose",
+    "pdbench.driver.run_dir",
+    "pdbench.driver.submit",
+    "pdbench.driver.transfer_bench",
 }
 LAYERS = ("connector", "core", "runtime", "jobs", "driver", "analysis")
 

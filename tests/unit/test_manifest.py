@@ -9,12 +9,12 @@ import os
 
 import pytest
 
-from pdbench.cli import compose_job
+from pdbench.config.compose import compose_job
 from pdbench.config.problems import ConfigError
 from pdbench.config.schema import Flow
-from pdbench.driver.launch import check_same_experiment, write_manifest
+from pdbench.driver.run_dir import RunDir, write_manifest
 from pdbench.driver.status import print_status
-from pdbench.plan.deployments import make_plan
+from pdbench.plan.deployments import make_plan, to_jsonable
 from pdbench.results.manifest import LaunchOrigin, launches
 from pdbench.results.store import PointResult, RunStore
 from tests.unit.helpers import cpu_run
@@ -32,9 +32,7 @@ def _no_provenance_probes(monkeypatch):
 
 def launch_into(cfg, origin: LaunchOrigin) -> None:
     """What ``launch`` does with the manifest before submitting."""
-    store = RunStore(cfg.dir)
-    check_same_experiment(cfg, store, origin)
-    write_manifest(cfg, make_plan(cfg), store, "/model", origin)
+    RunDir.open(cfg, make_plan(cfg), origin, claim=False).begin("/model", origin)
 
 
 def test_a_resume_with_raised_timeouts_is_appended_and_status_shows_what_changed(tmp_path, capsys):
@@ -115,7 +113,7 @@ def test_more_values_of_a_sweep_axis_extend_the_dir(tmp_path):
 
 def test_a_manifest_from_before_the_history_counts_as_its_one_launch(tmp_path):
     cfg = cpu_run(dir=str(tmp_path), name="old")
-    write_manifest(cfg, make_plan(cfg), RunStore(tmp_path), "/model")
+    write_manifest(to_jsonable(cfg), make_plan(cfg), RunStore(tmp_path), "/model")
     manifest = RunStore(tmp_path).read_manifest()
     del manifest["launches"]
     (tmp_path / "manifest.json").write_text(json.dumps(manifest))
@@ -133,7 +131,7 @@ def test_a_manifest_from_before_the_history_counts_as_its_one_launch(tmp_path):
 def test_the_cli_refuses_another_experiment_with_exit_2_and_the_message_alone(tmp_path):
     run_dir = tmp_path / "run"
     cfg = compose_job(["+experiment=smoke", f"dir={run_dir}"])
-    write_manifest(cfg, make_plan(cfg), RunStore(run_dir), "/model")
+    write_manifest(to_jsonable(cfg), make_plan(cfg), RunStore(run_dir), "/model")
     out = pdbench(
         "+experiment=smoke", f"dir={run_dir}", "server.block_size=64", "launch.dry_run=true"
     )

@@ -127,7 +127,7 @@ def test_same_node_spills_when_full():
 
 
 def test_manifest_merges_deployments_of_a_multirun():
-    from pdbench.driver.launch import merge_deployments
+    from pdbench.driver.run_dir import merge_deployments
 
     first = make_plan(one_pass(cpu_run()))
     cfg = one_pass(cpu_run())
@@ -139,8 +139,11 @@ def test_manifest_merges_deployments_of_a_multirun():
 
 
 def test_on_failure_stop_ends_the_run_only_after_a_failed_deployment(tmp_path):
-    from pdbench.driver.launch import deployment_failed, stop_after
+    from pdbench.driver.progress import JobOutcome
+    from pdbench.driver.run_dir import deployment_failed, stop_after
     from pdbench.results.store import RunStore, write_json_atomic
+
+    ran, failed_job = JobOutcome("1", result={}), JobOutcome("1", error="job failed")
 
     cfg = cpu_run()
     cfg.flow.kv_recompute_thresholds = [0, 1024]
@@ -149,15 +152,15 @@ def test_on_failure_stop_ends_the_run_only_after_a_failed_deployment(tmp_path):
     store = RunStore(tmp_path)
     for p in plan.points[first.deployment_id]:
         write_json_atomic(store.point_path(p.point_id), {"status": "ok"})
-    assert not deployment_failed(plan, store, first, {"result": {}})
-    assert deployment_failed(plan, store, first, {"error": "job failed"})
-    assert deployment_failed(plan, store, second, {"result": {}})  # its Points: pending
+    assert not deployment_failed(plan, store, first, ran)
+    assert deployment_failed(plan, store, first, failed_job)
+    assert deployment_failed(plan, store, second, ran)  # its Points: pending
     one = plan.points[first.deployment_id][0]
     write_json_atomic(store.point_path(one.point_id), {"status": "failed"})
-    assert deployment_failed(plan, store, first, {"result": {}})
-    assert not stop_after(cfg, plan, store, first, {"result": {}})  # default: continue
+    assert deployment_failed(plan, store, first, ran)
+    assert not stop_after(cfg, plan, store, first, ran)  # default: continue
     cfg.launch.on_failure = "stop"
-    assert stop_after(cfg, plan, store, first, {"result": {}})
+    assert stop_after(cfg, plan, store, first, ran)
 
 
 def design_plan(repetitions=3, histories=(64, 256, 1024), order_seed=0):

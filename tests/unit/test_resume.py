@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from pdbench.cli import compose_job
-from pdbench.driver.launch import resume_lines, write_manifest
-from pdbench.plan.deployments import make_plan
+from pdbench.config.compose import compose_job
+from pdbench.driver.run_dir import resume_lines, write_manifest
+from pdbench.plan.deployments import make_plan, to_jsonable
 from pdbench.results.store import PointResult, PointStatus, RunStore
 from tests.unit.helpers import cpu_run, one_pass
 from tests.unit.test_cli import pdbench
@@ -47,7 +47,7 @@ def test_the_dry_run_lists_the_points_it_would_skip_and_run_and_writes_nothing(
     cfg = compose_job(["+experiment=smoke", f"dir={run_dir}"])
     plan = make_plan(cfg)
     store = RunStore(run_dir)
-    write_manifest(cfg, plan, store, "/model")
+    write_manifest(to_jsonable(cfg), plan, store, "/model")
     agg, *rest = plan.all_points()  # the smoke preset measures several repetitions
     record(store, agg, PointStatus.ok)
     before = sorted((p, p.stat().st_mtime_ns) for p in run_dir.rglob("*"))

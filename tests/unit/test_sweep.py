@@ -4,19 +4,20 @@ from __future__ import annotations
 
 import pytest
 
+from pdbench.cli import submits_now
 from pdbench.config.schema import Command, ExecutorKind, RunConfig
-from pdbench.driver.sweep import Sweep
+from pdbench.driver.launch import finish_sweep
 
 pytestmark = pytest.mark.unit
 
 
 def test_a_sweep_submits_now_only_slurm_runs():
     cfg = RunConfig(dir="/r", cache_dir="/c")
-    assert not Sweep.takes(cfg)  # local: one composition after another
+    assert not submits_now(cfg)  # local: one composition after another
     cfg.cluster.executor = ExecutorKind.slurm
-    assert Sweep.takes(cfg)
+    assert submits_now(cfg)
     cfg.launch.dry_run = True
-    assert not Sweep.takes(cfg)
+    assert not submits_now(cfg)
     cfg.launch.dry_run, cfg.command = False, Command.status
-    assert not Sweep.takes(cfg)
-    assert Sweep().finish()  # nothing submitted: nothing to follow
+    assert not submits_now(cfg)
+    assert finish_sweep([])  # nothing submitted: nothing to follow
