@@ -21,7 +21,7 @@ from pathlib import Path
 
 from omegaconf.errors import OmegaConfBaseException
 
-from pdbench.config.compose import Composer
+from pdbench.config.compose import Composer, compose_job
 from pdbench.config.given import given_problems
 from pdbench.config.overrides import OverrideError, check_overrides, combinations, schema
 from pdbench.config.schema import Command, ExecutorKind, RunConfig, register_configs
@@ -32,6 +32,8 @@ from pdbench.driver.status import print_status
 from pdbench.driver.transfer_bench import run_transfer_bench
 from pdbench.results.manifest import LaunchOrigin
 from pdbench.validate.rules import ConfigError, validate
+
+__all__ = ["compose_job", "main", "parse_argv", "precheck"]  # compose_job: one job, typed
 
 RUN_ALIASES = ("run.dir=", "run.name=")  # older spellings of dir= and name=
 CHECK_VERB = "check"  # validate the command line's jobs, start nothing

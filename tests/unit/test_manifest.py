@@ -161,7 +161,7 @@ def corrupt_run(tmp_path):
     plan = make_plan(cfg)
     store = RunStore(run_dir)
     origin = LaunchOrigin.of(["+experiment=smoke", f"dir={run_dir}"])
-    write_manifest(cfg, plan, store, "/model", origin)
+    write_manifest(to_jsonable(cfg), plan, store, "/model", origin)
     point = plan.all_points()[0]
     store.write_point(PointResult(point.point_id, "ok", "", point.flow.value, {}, {}), [])
     text = store.manifest_path.read_text()
@@ -198,7 +198,7 @@ def test_the_rerun_of_a_corrupt_manifest_sets_it_aside_and_skips_what_is_ok(tmp_
 
 def test_a_manifest_entry_missing_keys_is_shown_not_a_key_error(tmp_path, capsys):
     cfg = cpu_run(dir=str(tmp_path))
-    write_manifest(cfg, make_plan(cfg), RunStore(tmp_path), "/model")
+    write_manifest(to_jsonable(cfg), make_plan(cfg), RunStore(tmp_path), "/model")
     manifest = RunStore(tmp_path).read_manifest()
     manifest["jobs"] = [{"deployment_id": "x"}, {"job_id": "123"}, "junk"]
     manifest["deployments"].append({"points": ["nope"]})
