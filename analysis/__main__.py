@@ -17,6 +17,7 @@ outputs still written without them; ``--skip-corrupt`` exits 0 instead).
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
@@ -54,18 +55,38 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return ap.parse_args(argv)
 
 
+def out_dir_problem(out: Path, given: bool) -> str:
+    """Why the outputs cannot go to ``out`` ('' when they can); creates it to find out."""
+    name = f"--out {out}" if given else f"{out} (the default --out)"
+    fix = "Fix: --out <a directory this user may write, created if missing>"
+    if out.exists() and not out.is_dir():
+        return f"{name}: is a file, not a directory. {fix}"
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        return f"{name}: cannot be created ({exc.strerror or exc}). {fix}"
+    if not os.access(out, os.W_OK | os.X_OK):
+        return f"{name}: is not writable by this user. {fix}"
+    return ""
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     missing = [d for d in args.run_dirs if not Path(d).is_dir()]
     if missing:
         print(f"error: not a directory: {', '.join(missing)}", file=sys.stderr)
         return 2
+    out_dir = args.out or Path(args.run_dirs[0]) / "analysis"
+    problem = out_dir_problem(out_dir, given=args.out is not None)
+    if problem:
+        print(f"error: {problem}", file=sys.stderr)
+        return 2
 
     def progress(msg: str) -> None:
         if not args.quiet:
             print(msg, file=sys.stderr, flush=True)
 
-    out = run_analysis(args.run_dirs, args.out, progress=progress)
+    out = run_analysis(args.run_dirs, out_dir, progress=progress)
     print("\n".join(out.summary["answer"]))
     if not args.quiet:
         for note in out.summary["notes"]:

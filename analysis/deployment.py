@@ -110,6 +110,7 @@ class DeploymentAnalysis:
     recompute_samples: pd.DataFrame
     transfer_samples: pd.DataFrame
     transfer_source: str
+    transfer_lent_by: str  # the run dir whose transfer-bench records the fits used ("": own)
     recompute_fit: RecomputeFit | None
     transfer_fit: TransferFit | None
     flops_per_s: float | None
@@ -163,6 +164,23 @@ def _fit_notes(rfit: RecomputeFit | None, tfit: TransferFit | None, source: str)
     return notes
 
 
+def bench_for(data: RunData, pts: pd.DataFrame) -> tuple[pd.DataFrame, str]:
+    """The transfer-bench records a deployment's fits may use, and who lends them: its own
+    run dir's, else those of run dirs holding no Points (a transfer-bench run given for that,
+    named in the prediction); never another measured run's."""
+    bench = data.bench
+    if not len(bench) or "run_dir" not in bench:
+        return bench, ""
+    own = set(pts["run_dir"])
+    mine = bench[bench["run_dir"].isin(own)]
+    if len(mine):
+        return mine, ""
+    measured = set(data.points["run_dir"]) if len(data.points) else set()
+    lent = bench[~bench["run_dir"].isin(measured)]
+    lenders = sorted(set(lent["run_dir"]))
+    return lent, ", ".join(lenders)
+
+
 def analyze_deployment(data: RunData, requests: pd.DataFrame, dep_id: str) -> DeploymentAnalysis:
     pts = data.points[data.points["deployment_id"] == dep_id]
     first = pts.iloc[0]
@@ -177,15 +195,20 @@ def analyze_deployment(data: RunData, requests: pd.DataFrame, dep_id: str) -> De
     measured = measure(requests, dep_id, pull_flow)
     rec = samples.recompute_samples(data.turns, dep_id)
     per_xfer = predict.transfer_bytes_per_token(shape, first["d_tp"]) if shape else None
+    bench, lender = bench_for(data, pts)
     xfer, source = samples.transfer_samples(
         data.traces,
-        data.bench,
+        bench,
         dep_id,
         first["tp_pair"],
         first["model"],
         str(first.get("ucx_tls", "") or ""),
         per_xfer,
     )
+    if lender and source.startswith(samples.BENCH_SOURCE):
+        source = f"{source} of {lender}"
+    else:
+        lender = ""
     rfit = fit_recompute(rec["tokens"], rec["ttft_s"], rec["point_id"]) if len(rec) else None
     tfit = (
         fit_transfer(xfer["bytes"], xfer["seconds"], source, xfer["cluster"]) if len(xfer) else None
@@ -242,6 +265,7 @@ def analyze_deployment(data: RunData, requests: pd.DataFrame, dep_id: str) -> De
         recompute_samples=rec,
         transfer_samples=xfer,
         transfer_source=source,
+        transfer_lent_by=lender,
         recompute_fit=rfit,
         transfer_fit=tfit,
         flops_per_s=flops,

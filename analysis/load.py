@@ -297,10 +297,11 @@ def _point_at(windows: list[tuple[float, float, str]], t: float | None) -> str:
 
 
 def _load_traces(
-    root: Path, run_dir: str, points: list[dict[str, Any]], notes: list[str]
+    root: Path, run_dir: str, points: list[dict[str, Any]], notes: list[str], run: str = ""
 ) -> list[dict[str, Any]]:
     """Trace dirs are named by Point or by deployment; a deployment's lines are given the
-    Point whose time window holds their post time."""
+    Point whose time window holds their post time. ``run``: the run's label, when ids are
+    qualified by it (``qualify``)."""
     point_dep = {p["point_id"]: p["deployment_id"] for p in points}
     windows: dict[str, list[tuple[float, float, str]]] = {}
     for p in points:
@@ -310,7 +311,7 @@ def _load_traces(
             )
     rows, skipped, failed = [], 0, 0
     for path in sorted((root / "traces").glob("**/*.jsonl")):
-        owner = path.parent.name
+        owner = qualify(run, path.parent.name)
         for line in _read_jsonl(path, notes):  # a torn trace line is a note, not a record
             norm = normalize_trace(line)
             if norm is None:
@@ -319,7 +320,7 @@ def _load_traces(
             if norm["status"] != "ok":
                 failed += 1
                 continue
-            dep = point_dep.get(owner) or line.get("deployment_id") or owner
+            dep = point_dep.get(owner) or qualify(run, line.get("deployment_id") or "") or owner
             point = owner if owner in point_dep else _point_at(windows.get(dep, []), norm["post_s"])
             rows.append(
                 {
@@ -368,8 +369,40 @@ def _read_point(path: Path, corrupt: list[str]) -> dict[str, Any] | None:
     return p
 
 
+def run_labels(run_dirs: list[str | Path]) -> dict[str, str]:
+    """A short name per run dir: its folder name, or as many trailing parts of its path as
+    tell it from the others."""
+    paths = [Path(d) for d in run_dirs]
+    for depth in range(1, max((len(p.parts) for p in paths), default=1) + 1):
+        names = ["/".join(p.parts[-depth:]) for p in paths]
+        if len(set(names)) == len(names):
+            return {str(p): name for p, name in zip(paths, names, strict=True)}
+    return {str(p): str(p) for p in paths}
+
+
+def qualify(run: str, record_id: str) -> str:
+    """``run:id`` when several runs are analysed together, so that no Point or deployment of
+    one run is ever pooled with another's (two runs of one config share their ids)."""
+    return f"{run}:{record_id}" if run and record_id else record_id
+
+
+def path_id(record_id: str) -> str:
+    """The id a record's files are named by (its run's label dropped)."""
+    return record_id.rsplit(":", 1)[-1]
+
+
+def _qualified(p: dict[str, Any], run: str) -> dict[str, Any]:
+    """A PointResult whose point and deployment ids name their run (``qualify``)."""
+    if not run:
+        return p
+    dep = dict(p.get("deployment") or {})
+    dep["deployment_id"] = qualify(run, str(dep.get("deployment_id", "?")))
+    return {**p, "point_id": qualify(run, str(p["point_id"])), "deployment": dep}
+
+
 def load_runs(run_dirs: list[str | Path], progress: Progress | None = _stderr) -> RunData:
-    """Everything under the run dirs; missing pieces become notes, not errors."""
+    """Everything under the run dirs; missing pieces become notes, not errors. Several run
+    dirs: each Point and deployment id is prefixed with its run's label (``run_labels``)."""
     say = progress or (lambda _msg: None)
     notes: list[str] = []
     corrupt: list[str] = []
@@ -378,9 +411,11 @@ def load_runs(run_dirs: list[str | Path], progress: Progress | None = _stderr) -
     points, turns, requests, traces, bench = [], [], [], [], []
     read: list[tuple[Path, dict[str, Any], dict[str, Any]]] = []  # (run dir, record, row)
     deployments: dict[str, dict[str, Any]] = {}
+    labels = run_labels(run_dirs) if len(run_dirs) > 1 else {}
     for raw in run_dirs:
         root = Path(raw)
         run_dir = str(root)
+        run = labels.get(run_dir, "")
         if not root.is_dir():
             notes.append(f"{run_dir}: not a directory")
             continue
@@ -399,16 +434,17 @@ def load_runs(run_dirs: list[str | Path], progress: Progress | None = _stderr) -
             p = _read_point(path, corrupt)
             if p is None:
                 continue
+            p = _qualified(p, run)
             rows.append(point_row(run_dir, p))
             read.append((root, p, rows[-1]))
         points.extend(rows)
-        traces.extend(_load_traces(root, run_dir, rows, notes))
+        traces.extend(_load_traces(root, run_dir, rows, notes, run))
         bench.extend(_load_bench(root, run_dir, notes))
     shape_kinds(points)  # before turns and requests copy each Point's kind
     for root, p, row in read:
         deployments.setdefault(row["deployment_id"], p.get("deployment") or {})
         turns.extend(turn_rows(p, row))
-        req_file = root / (p.get("requests_file") or f"requests/{row['point_id']}.jsonl")
+        req_file = root / (p.get("requests_file") or f"requests/{path_id(row['point_id'])}.jsonl")
         if req_file.is_file():
             requests.extend(_request_rows(p, row, _read_jsonl(req_file, bad_requests)))
     return RunData(
@@ -466,6 +502,8 @@ def deployment_label(dep_id: str, points: pd.DataFrame, omit: tuple[str, ...] = 
         return dep_id
     r = rows.iloc[0]
     parts = [str(r["model"])] + ([] if "transport" in omit else [str(r["transport"])])
+    if points["run_dir"].nunique() > 1:  # several runs: every line names its own
+        parts.insert(0, f"run {dep_id.rsplit(':', 1)[0]}")
     if "tp" not in omit:
         parts.append(f"TP {r['tp_pair']}" if r["tp_pair"] != "agg" else "agg")
     if r.get("placement") and "placement" not in omit:

@@ -59,6 +59,7 @@ def _distinct(values: pd.Series) -> int:
 
 
 PULLS = "P<-D"
+BENCH_SOURCE = "transfer bench"  # how a source of bench records is described
 NO_TRANSFER_SAMPLES = (
     "no traced P<-D pulls (run with connector.trace=true) and no transfer-bench records with "
     "two sizes (add a +experiment=transfer_bench run dir to the analysis)"
@@ -143,7 +144,7 @@ def transfer_samples(
     what = ", ".join(
         f"{col} {b[col].iloc[0]}" for col in ("op", "layout", "tp_split", "model") if col in b
     )
-    bench_desc = f"transfer bench ({len(b)} records, {_distinct(b['bytes'])} sizes: {what})"
+    bench_desc = f"{BENCH_SOURCE} ({len(b)} records, {_distinct(b['bytes'])} sizes: {what})"
     bench_frame = pd.DataFrame(
         {
             "bytes": b["bytes"].to_numpy(float),

@@ -32,6 +32,7 @@ from dataclasses import dataclass, replace
 from analysis.model_cost import ModelShape, known_shapes
 from analysis.predict import first_principles_saving, predicted_crossover
 from analysis.saving_curve import Shape
+from connector.layout import dtype_nbytes
 
 KEYS = (
     "model",
@@ -124,6 +125,10 @@ def parse(argv: list[str]) -> tuple[WhatIf, list[int]]:
         raise ValueError(f"model={name!r} unknown; known: {', '.join(sorted(shapes))}")
     shape = shapes[name]
     if "kv_dtype" in args:
+        try:
+            dtype_nbytes(args["kv_dtype"])
+        except ValueError as exc:
+            raise ValueError(f"kv_dtype={args['kv_dtype']}: {exc}") from None
         shape = replace(shape, dtype=args["kv_dtype"])
     if "bandwidth_gb_s" in args:
         bandwidth = _number(args, "bandwidth_gb_s", None, 0.0, True) * 1e9

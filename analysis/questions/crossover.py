@@ -49,6 +49,8 @@ class CrossoverAnswer:
             (a.by_first_principles, a.fp_vs_measured, "first principles"),
         ):
             vs = f", {pct(gap)} vs measured" if gap is not None else ""
+            if a.transfer_lent_by:  # another run dir's bench records: say whose
+                vs += f" (transfer from the transfer-bench records of {a.transfer_lent_by})"
             parts.append(f"{p.describe()} by {name}{vs}")
         return "; ".join(parts)
 

@@ -145,6 +145,7 @@ BASE = ["model=llama3_8b", "bandwidth_gbps=25", "prefill_tok_s=20000"]
         (["at=,"], "at= lists no history length"),
         (["alpha_ms=1", "alpha_ms=2"], "alpha_ms given twice"),
         (["bandwidth_gb_s=3"], "give one of bandwidth_gbps"),
+        (["kv_dtype=int3"], "kv_dtype=int3: unknown KV dtype 'int3'; known: bf16"),
     ],
 )
 def test_whatif_rejects_bad_inputs_naming_the_argument(extra, message, capsys):

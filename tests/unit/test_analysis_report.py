@@ -127,6 +127,21 @@ def test_empty_and_failed_runs_are_reported_not_crashed(tmp_path, capsys):
     assert main([str(tmp_path / "missing")]) == 2
 
 
+@pytest.mark.skipif(not Path("/proc/1").is_dir(), reason="needs Linux /proc")
+def test_an_out_folder_that_cannot_be_written_is_one_line_and_exit_2(tmp_path, capsys):
+    run = write_synthetic_run(tmp_path / "run", histories=(0,), flows=("recompute", "pull"))
+    afile = tmp_path / "afile"
+    afile.write_text("x")
+    for out, said in (
+        (afile, f"error: --out {afile}: is a file, not a directory. Fix: --out <a directory"),
+        (afile / "sub", f"error: --out {afile}/sub: cannot be created (Not a directory)"),
+        (Path("/proc/1/x"), "error: --out /proc/1/x: cannot be created ("),
+    ):
+        assert main([str(run), "--out", str(out)]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith(said) and "Traceback" not in err, err
+
+
 def test_bench_from_a_second_run_dir_feeds_the_transfer_fit(tmp_path):
     dep = SyntheticDeployment()
     sweep = write_synthetic_run(tmp_path / "sweep", [dep], histories=(0, 512), traces=False,
@@ -139,6 +154,37 @@ def test_bench_from_a_second_run_dir_feeds_the_transfer_fit(tmp_path):
     assert out.summary["run_dirs"] == [str(sweep), str(bench)]
     html = out.report.read_text()
     assert "sweep, bench" in html and "GB/s" in html
+
+
+def test_two_runs_analysed_together_are_never_pooled_and_each_line_names_its_run(tmp_path):
+    dep = SyntheticDeployment()
+    kw = dict(histories=(0, 512), traces=False, flows=("recompute", "pull"))
+    first = write_synthetic_run(tmp_path / "a" / "run", [dep], bench=False, **kw)
+    second = write_synthetic_run(tmp_path / "b" / "run", [dep], bench=True, seed=1, **kw)
+    out = run_analysis([first, second], tmp_path / "out")
+    alone = run_analysis([first], tmp_path / "alone")
+    a, b = out.ctx.deployments()  # one config, two runs: two deployments, never one
+    assert a.label.startswith("run a/run · ") and b.label.startswith("run b/run · ")
+    (only,) = alone.ctx.deployments()
+    assert a.measured.crossover.requests == only.measured.crossover.requests  # its own only
+    # b measured with its own bench records; a, without, borrows nothing from b
+    assert b.transfer_source.startswith("transfer bench") and b.transfer_lent_by == ""
+    assert a.transfer_source == only.transfer_source and a.transfer_lent_by == ""
+    crossover = [line for line in out.summary["answer"] if "Predicted:" in line]
+    assert [line.split(":", 1)[0] for line in crossover] == [a.label, b.label]
+
+
+def test_a_bench_run_lends_its_records_and_the_prediction_says_whose(tmp_path):
+    dep = SyntheticDeployment()
+    sweep = write_synthetic_run(tmp_path / "sweep", [dep], histories=(0, 512), traces=False,
+                                bench=False, flows=("recompute", "pull"))  # fmt: skip
+    bench = write_synthetic_run(tmp_path / "bench", [dep], histories=(), flows=())
+    out = run_analysis([sweep, bench], tmp_path / "out")
+    (a,) = out.ctx.deployments()
+    assert a.transfer_lent_by == str(bench)
+    assert a.transfer_source.endswith(f" of {bench}")
+    answer = "\n".join(out.summary["answer"])
+    assert f"(transfer from the transfer-bench records of {bench})" in answer
 
 
 def truncate(path: Path) -> None:
