@@ -8,43 +8,12 @@ cross-node checks, from ``rendezvous``.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
 
 from jobs.preflight.nvidia_smi import GpuInfo, Topology
 from jobs.preflight.spec import NodeExpectation
+from pdbench.results.preflight import CheckResult, failed, passed, skipped
 from pdbench.spec.launch import task_devices
 from pdbench.spec.ucx import UcxResource, connectable_am, expand, matching
-
-
-@dataclass
-class CheckResult:
-    check: str  # imports | server | gpus | nvlink | ucx | model | address | run_dir | reach
-    ok: bool
-    found: str
-    fix: str = ""
-    skipped: bool = False  # nothing to check here (a CPU plan, one node...)
-
-    def line(self, node: str) -> str:
-        """``preflight <node> <check>: found <found>. Fix: <fix>`` (one line)."""
-        text = f"preflight {node} {self.check}: found {self.found}"
-        if not self.ok and self.fix:
-            text += f". Fix: {self.fix}"
-        return " ".join(text.split())
-
-    def to_dict(self) -> dict[str, Any]:
-        return dict(self.__dict__)
-
-
-def passed(check: str, found: str) -> CheckResult:
-    return CheckResult(check, True, found)
-
-
-def skipped(check: str, why: str) -> CheckResult:
-    return CheckResult(check, True, why, skipped=True)
-
-
-def failed(check: str, found: str, fix: str) -> CheckResult:
-    return CheckResult(check, False, found, fix)
 
 
 @dataclass

@@ -6,22 +6,28 @@ ones through ``<rendezvous>/preflight``. A task whose own checks failed stops at
 whose checks passed reads the other nodes' reports and stops when one of them failed. Either
 way the Deployment's verdict is ONE line (node, check, found, fix): ``verdict``.
 
-``PreflightJob`` is the same step alone (``python -m pdbench preflight``): one task per
-node, no server, the reports returned to the driver.
+``run_node`` is the same step alone (``python -m pdbench preflight``: the entry
+``jobs.entry.preflight.PreflightJob``): one task per node, no server, the reports returned
+to the driver.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from connector.shared_files import Rendezvous, write_json_atomic
-from jobs.preflight import NodeReport, run_preflight
-from jobs.preflight.rendezvous import report_file
+from connector.shared_files import write_json_atomic
+from jobs.preflight.runner import run_preflight
 from jobs.preflight.spec import spec_from_launch
 from jobs.slurm_env import TaskEnvironment
-from pdbench.driver import provenance
+from pdbench.results.manifest import with_nodes
+from pdbench.results.preflight import (
+    NodeReport,
+    gather_reports,
+    one_line,
+    reports_dir,
+    verdict,
+)
 from pdbench.results.store import RunStore
 from pdbench.spec.launch import DeploymentSpec
 
@@ -31,48 +37,6 @@ PEER_TIMEOUT_S = 120.0  # the cross-node checks' wait (NFS can hide a new file a
 
 class PreflightFailed(RuntimeError):
     """A node failed a preflight check; the message is the one line that says so."""
-
-
-def reports_dir(rendezvous: Path) -> Path:
-    """Where one job attempt's nodes put their preflight files (rendezvous, reports)."""
-    return Path(rendezvous) / "preflight"
-
-
-def read_reports(directory: Path, nodes: int) -> dict[int, dict[str, Any]]:
-    """The reports written so far, by rank."""
-    return gather_reports(directory, nodes, 0.0)
-
-
-def gather_reports(directory: Path, nodes: int, timeout_s: float) -> dict[int, dict[str, Any]]:
-    """Every node's report, or those there after ``timeout_s``."""
-    names = {report_file(rank): rank for rank in range(nodes)}
-    found, _ = Rendezvous(directory).gather(names, timeout_s)
-    return {names[name]: report for name, report in found.items()}
-
-
-def one_line(lines: list[str]) -> str:
-    """The first failure line and how many more there are ("" when none)."""
-    if not lines:
-        return ""
-    more = f" (+{len(lines) - 1} more failed check(s))" if len(lines) > 1 else ""
-    return lines[0] + more
-
-
-def verdict(reports: dict[int, dict[str, Any]], nodes: int, timeout_s: float) -> str:
-    """ "" when every node passed; else the first failed check, lowest rank first, as ONE
-    line, with how many more failed. A node without a report failed too."""
-    lines: list[str] = []
-    for rank in range(nodes):
-        report = reports.get(rank)
-        if report is None:
-            lines.append(
-                f"preflight node{rank} report: found no preflight report from node{rank} after "
-                f"{timeout_s:.0f} s (its task did not start, or failed before writing it). "
-                f"Fix: read node{rank}'s task log (submitit folder of the run dir)"
-            )
-            continue
-        lines += NodeReport.from_dict(report).failure_lines()
-    return one_line(lines)
 
 
 def node_preflight(
@@ -123,23 +87,14 @@ def record_findings(
     )
 
     def add_nodes(manifest: dict[str, Any]) -> None:
-        manifest["provenance"] = provenance.with_nodes(
-            manifest.get("provenance", {}), ordered, deployment_id
-        )
+        manifest["provenance"] = with_nodes(manifest.get("provenance", {}), ordered, deployment_id)
 
     store.update_manifest(add_nodes)
 
 
-@dataclass
-class PreflightJob:
-    """A picklable submitit callable: one node's preflight of ``spec`` (no server started);
-    every task returns its node's report."""
-
-    spec: DeploymentSpec
-    rendezvous: str  # fresh per call, in the run dir
-
-    def __call__(self) -> dict[str, Any]:
-        rank = TaskEnvironment.from_environ().global_rank
-        directory = reports_dir(Path(self.rendezvous))
-        directory.mkdir(parents=True, exist_ok=True)
-        return run_node(self.spec, rank, directory).to_dict()
+def run_alone(spec: DeploymentSpec, rendezvous: Path) -> dict[str, Any]:
+    """``python -m pdbench preflight`` on one task: this node's report (as JSON)."""
+    rank = TaskEnvironment.from_environ().global_rank
+    directory = reports_dir(rendezvous)
+    directory.mkdir(parents=True, exist_ok=True)
+    return run_node(spec, rank, directory).to_dict()

@@ -37,11 +37,6 @@ def done_file(rank: int) -> str:
     return f"done-{rank}"
 
 
-def report_file(rank: int) -> str:
-    """Where rank ``rank`` leaves its ``NodeReport`` (``runner.run_preflight``)."""
-    return f"report-{rank}.json"
-
-
 def new_token() -> str:
     return secrets.token_hex(16)
 

@@ -11,9 +11,8 @@ import shutil
 import socket
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from pathlib import Path
-from typing import Any
 
 from connector.shared_files import Rendezvous
 from jobs.preflight import probes, rendezvous
@@ -33,66 +32,10 @@ from jobs.preflight.checks import (
 )
 from jobs.preflight.spec import PreflightSpec
 from jobs.slurm_env import NodeAddressError, TaskEnvironment
+from pdbench.results.preflight import NodeReport, report_file
 from pdbench.spec.launch import LOOPBACK
 
 PEER_TIMEOUT_S = 120.0  # NFS attribute caches can hide a new file for up to a minute
-
-
-@dataclass
-class NodeReport:
-    """One node's preflight: the checks and the facts found on the way (for provenance)."""
-
-    rank: int
-    node_name: str
-    hostname: str
-    results: list[CheckResult] = field(default_factory=list)
-    findings: dict[str, Any] = field(default_factory=dict)
-    seconds: float = 0.0
-
-    @property
-    def ok(self) -> bool:
-        return all(r.ok for r in self.results)
-
-    @property
-    def label(self) -> str:
-        return f"node{self.rank} ({self.node_name})"
-
-    def failure_lines(self) -> list[str]:
-        """One line per failed check: node, check, found, fix."""
-        return [r.line(self.label) for r in self.results if not r.ok]
-
-    def lines(self) -> list[str]:
-        return [
-            ("FAIL " if not r.ok else "skip " if r.skipped else "ok   ") + r.line(self.label)
-            for r in self.results
-        ]
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> NodeReport:
-        """A report read back from its JSON (``to_dict``)."""
-        results = [
-            CheckResult(r["check"], r["ok"], r["found"], r.get("fix", ""), r.get("skipped", False))
-            for r in data.get("results", [])
-        ]
-        return cls(
-            rank=int(data["rank"]),
-            node_name=data.get("node_name", ""),
-            hostname=data.get("hostname", ""),
-            results=results,
-            findings=dict(data.get("findings", {})),
-            seconds=float(data.get("seconds", 0.0)),
-        )
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "rank": self.rank,
-            "node_name": self.node_name,
-            "hostname": self.hostname,
-            "ok": self.ok,
-            "results": [r.to_dict() for r in self.results],
-            "findings": self.findings,
-            "seconds": round(self.seconds, 1),
-        }
 
 
 def run_preflight(
@@ -184,7 +127,7 @@ def run_preflight(
     report.results.extend(cross_node_checks(spec, rank, rdv, address, peer_timeout_s))
     report.seconds = time.monotonic() - start
     if rdv is not None:
-        Rendezvous(rdv).publish_json(rendezvous.report_file(rank), report.to_dict())
+        Rendezvous(rdv).publish_json(report_file(rank), report.to_dict())
     return report
 
 

@@ -22,13 +22,7 @@ import time
 from contextlib import ExitStack
 from typing import Any
 
-from jobs.preflight.job import (
-    PreflightFailed,
-    node_preflight,
-    read_reports,
-    record_findings,
-    reports_dir,
-)
+from jobs.preflight.job import PreflightFailed, node_preflight, record_findings
 from jobs.run.loop import measure_points
 from jobs.run.next_points import PlannedPoints
 from jobs.run.point import new_record
@@ -38,6 +32,7 @@ from jobs.run.state import TaskState
 from jobs.serving.server import ServerStartError
 from pdbench.config.schema import TrackingConfig
 from pdbench.plan.deployments import Deployment, Point
+from pdbench.results.preflight import read_reports, reports_dir
 from pdbench.results.store import PointStatus, RunStore, write_json_atomic
 from pdbench.spec.launch import DeploymentSpec, map_devices, resolve
 

@@ -1,6 +1,6 @@
 """``python -m pdbench preflight +experiment=... [cluster=slurm]``: the preflight alone.
 
-The same checks every Deployment's job runs first (``jobs.preflight.job``), submitted as a job
+The same checks every Deployment's job runs first (``jobs.preflight``), submitted as a job
 of their own on the nodes the plan needs (one task per node), starting no server. Echoes
 each node's checks as they come, then the verdict: "preflight ok" or the ONE line of the
 first failure; writes every report to ``<dir>/preflight/alone-<time>.json``; a failure
@@ -12,11 +12,12 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from jobs.preflight.job import PreflightJob, read_reports, reports_dir, verdict
+from jobs.entry.preflight import PreflightJob
 from pdbench.config.schema import ExecutorKind, RunConfig
 from pdbench.driver.launch import model_path_for
 from pdbench.driver.submit import check_slurm_reachable, follow, submit
 from pdbench.plan.deployments import make_plan
+from pdbench.results.preflight import read_reports, reports_dir, verdict
 from pdbench.results.store import write_json_atomic
 from pdbench.spec.launch import build_launch, describe_preflight
 from pdbench.spec.vllm_install import cluster_servers_vllm

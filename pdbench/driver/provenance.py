@@ -87,27 +87,3 @@ def collect() -> dict[str, Any]:
         "hostname": socket.gethostname(),
         "platform": platform.platform(),
     }
-
-
-def with_nodes(
-    provenance: dict[str, Any], reports: list[dict[str, Any]], deployment_id: str = ""
-) -> dict[str, Any]:
-    """``provenance`` plus ``nodes``: what each node's preflight found (``NodeReport.to_dict``:
-    driver, CUDA, vLLM/NIXL/UCX versions, GPUs, NICs, address), keyed by SLURM node name
-    (the host name off SLURM; node names stay apart where nodes share a host, as on the local
-    test cluster). Nodes already there (other Deployments' jobs) stay; each lists the
-    Deployments it checked for."""
-    nodes = dict(provenance.get("nodes", {}))
-    for report in reports:
-        name = report.get("node_name") or report.get("hostname") or f"node{report.get('rank')}"
-        checked = list(nodes.get(name, {}).get("deployments", []))
-        if deployment_id and deployment_id not in checked:
-            checked.append(deployment_id)
-        nodes[name] = {
-            "rank": report.get("rank"),
-            "hostname": report.get("hostname"),
-            "preflight_ok": report.get("ok"),
-            **report.get("findings", {}),
-            "deployments": checked,
-        }
-    return {**provenance, "nodes": nodes}

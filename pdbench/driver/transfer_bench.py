@@ -1,5 +1,5 @@
 """``python -m pdbench +experiment=transfer_bench``: the KV-shaped NIXL transfer bench as a
-job of its own (``jobs.transfer_bench``): planned, resumed, submitted and followed like a
+job of its own (``jobs.entry.transfer_bench``): planned, resumed, submitted and followed like a
 run, its records tabulated at the end."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from pathlib import Path
 
 from connector.bench_plan import pending_cases
 from connector.bench_record import format_table
-from jobs import transfer_bench
+from jobs.entry import transfer_bench
 from pdbench.config.schema import ExecutorKind, RunConfig
 from pdbench.driver.submit import check_slurm_reachable, follow, submit
 

@@ -8,7 +8,7 @@ import pytest
 
 from connector.bench_record import TransferRecord
 from connector.layout import KVLayout, TPSplit, block_transfer
-from jobs.transfer_bench import bench_spec, kv_shape, load_records
+from jobs.entry.transfer_bench import bench_spec, kv_shape, load_records
 from pdbench.config.schema import ModelConfig, RunConfig
 from pdbench.driver.transfer_bench import run_transfer_bench
 from tests.e2e.conftest import run_pdbench

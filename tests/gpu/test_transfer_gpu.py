@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from connector.bench_config import MemoryKind
-from jobs.transfer_bench import bench_spec, kv_shape, load_records
+from jobs.entry.transfer_bench import bench_spec, kv_shape, load_records
 from pdbench.config.schema import ModelConfig, RunConfig
 from pdbench.driver.transfer_bench import run_transfer_bench
 

@@ -155,7 +155,7 @@ def test_model_facts():
 
 
 def test_node_findings_go_into_the_provenance():
-    from pdbench.driver.provenance import with_nodes
+    from pdbench.results.manifest import with_nodes
 
     reports = [
         {"rank": 0, "node_name": "gpu-a01", "hostname": "gpu-a01.cluster", "ok": True,

@@ -10,11 +10,11 @@ import pytest
 
 from jobs.preflight.checks import failed, passed
 from jobs.preflight.job import one_line, record_findings, verdict
-from jobs.preflight.runner import NodeReport
 from jobs.preflight.spec import spec_from_launch
 from pdbench.cli import parse_argv, precheck
 from pdbench.config.schema import Command, Placement
 from pdbench.plan.deployments import make_plan
+from pdbench.results.preflight import NodeReport
 from pdbench.results.store import RunStore
 from pdbench.spec.launch import build_launch, describe_preflight, map_devices, visible_devices
 from tests.unit.helpers import cpu_run, gpu_run

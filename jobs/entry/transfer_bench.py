@@ -1,7 +1,7 @@
 """The KV-shaped NIXL transfer bench: the job its two tasks run, and its sweep (pure).
 
 ``python -m pdbench +experiment=transfer_bench [model=llama3_8b] [cluster=slurm]`` goes
-through ``pdbench.driver.launch.run_transfer_bench``: validated and submitted like every launch, one
+through ``pdbench.driver.transfer_bench``: validated and submitted like every launch, one
 2-node job (locally: 2 tasks on this machine). Task 0 owns the KV buffer (P), task 1 reads it
 (D); ``connector.bench`` does the measuring and each record lands in
 ``<run_dir>/transfer_bench/<record_id>.json`` (schema: ``connector.bench_record``). Logs, UCX
