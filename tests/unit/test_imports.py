@@ -1,25 +1,24 @@
-"""The project's imports form a DAG, layered, and imports inside functions are only lazy ones.
+"""The project's imports: the layer contract (import-linter, in pyproject.toml) holds and
+catches an upward import; no module cycle; what the contract cannot say is checked here.
 
-Layers, lowest first (a module imports its own layer or lower ones only):
+The contract states the layers, one way: the CLI -> the driver -> jobs/ (its entries -> the
+node runtime) -> the pure core (config, plan, spec, validate, results) -> connector; the
+driver imports only the job entries; analysis reads pdbench.results and connector.layout.
+A new module belongs to the layer of its folder.
 
-    connector   NIXL machinery and the vLLM plugin: imports no other project package
-    core        pure: config schema, validation, planning, launch spec, sbatch text
-    runtime     the pieces jobs and driver both use: servers, router, workload, metrics,
-                results, tracking, ...
-    jobs        what runs on the allocation
-    driver      CLI, launch, executors, progress and status: what runs on the login node
-    analysis    reads records (pdbench.results.store) and connector's layout maths
-
-Every module of pdbench/, jobs/, connector/ and analysis/ is parsed with ``ast``; the graph
-has an edge for every import of a project module, at module level or inside a function.
-An import inside a function is allowed only to defer a heavy or optional third-party package
-and then says why on its line: ``import torch  # lazy: <why>``; or in a job entry
-(``jobs.entry``), to load the node runtime on the allocation only: ``# lazy: node runtime``.
+Here, besides: every module of pdbench/, jobs/, connector/ and analysis/ is parsed with
+``ast`` (imports at module level or inside a function): the graph has no cycle; an import
+inside a function only defers a heavy or optional third-party package and says why on its
+line (``import torch  # lazy: <why>``), or is a job entry's one import of the node runtime
+(``# lazy: node runtime, loaded on the allocation only``); connector's vLLM plugin and its
+transfer bench share only leaf modules; importing the CLI loads no node-runtime module.
 """
 
 from __future__ import annotations
 
 import ast
+import os
+import shutil
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -32,59 +31,8 @@ pytestmark = pytest.mark.unit
 REPO = Path(__file__).resolve().parents[2]
 PACKAGES = ("pdbench", "jobs", "connector", "analysis")
 
-# Packages exempt from the rules while they are being restructured (none now).
-PENDING: set[str] = set()
-
-CORE = {
-    "pdbench.config.schema",
-    "pdbench.plan.identity",
-    "pdbench.results.manifest",
-    "pdbench.validate.rules",
-    "pdbench.plan.lengths",
-    "pdbench.plan.deployments",
-    "pdbench.plan.run_order",
-    "pdbench.plan.kv_lease",
-    "pdbench.spec.serve_command",
-    "pdbench.spec.sbatch",
-    "pdbench.spec.launch",
-    "pdbench.config.problems",
-    "pdbench.config.given",
-    "pdbench.validate.capacity",
-    "pdbench.spec.server_flags",
-    "pdbench.validate.gpu",
-    "pdbench.validate.kv_path",
-    "pdbench.validate.containers",
-    "pdbench.validate.environment",  # the driver's interpreter and install (package metadata)
-    "pdbench.spec.containers",
-    "pdbench.validate.model_memory",
-    "pdbench.validate.model_source",
-    "pdbench.validate.premises",
-    "pdbench.validate.bench",
-    "pdbench.validate.unchecked",
-    "pdbench.spec.transfer_bench",
-    "pdbench.spec.ucx",
-    "pdbench.spec.vllm_install",  # which vLLM the servers run, how they start (package metadata)
-}
-DRIVER = {
-    "pdbench.__main__",
-    "pdbench.cli",
-    "pdbench.driver.launch",
-    "pdbench.driver.executors",
-    "pdbench.driver.progress",
-    "pdbench.driver.status",
-    "pdbench.help",
-    "pdbench.config.overrides",
-    "pdbench.config.tree",
-    "pdbench.driver.preflight",
-    "pdbench.config.compose",
-    "pdbench.driver.run_dir",
-    "pdbench.driver.submit",
-    "pdbench.driver.transfer_bench",
-}
-LAYERS = ("connector", "core", "runtime", "jobs", "driver", "analysis")
-
 # The vLLM plugin side of connector/ (loaded by vLLM inside the servers) and the transfer
-# bench side (run by jobs/transfer_bench.py) share only these leaf modules.
+# bench side (run by jobs/entry/transfer_bench.py) share only these leaf modules.
 PLUGIN = {
     "connector.vllm_plugin",
     "connector.tracing",
@@ -94,17 +42,6 @@ PLUGIN = {
     "connector.kv_params_service",
 }
 CONNECTOR_SHARED = {"connector.layout", "connector.shared_files", "connector.process_env"}
-
-
-def layer(module: str) -> str:
-    top = module.split(".")[0]
-    if top in ("connector", "jobs", "analysis"):
-        return top
-    if module in CORE:
-        return "core"
-    if module in DRIVER:
-        return "driver"
-    return "runtime"  # a new pdbench module: move it to CORE or DRIVER above if it is one
 
 
 @dataclass(frozen=True)
@@ -194,10 +131,6 @@ def project_imports() -> list[Import]:
     return out
 
 
-def pending(module: str) -> bool:
-    return module.split(".")[0] in PENDING
-
-
 def find_cycles(edges: dict[str, set[str]]) -> list[list[str]]:
     """Strongly connected components of more than one module (or a self-import), each as a
     closed path through the component."""
@@ -266,21 +199,8 @@ def graph(imports: list[Import]) -> dict[str, set[str]]:
 
 
 def test_project_imports_form_a_dag():
-    cycles = [c for c in find_cycles(graph(project_imports())) if not any(map(pending, c))]
+    cycles = find_cycles(graph(project_imports()))
     assert cycles == [], "import cycles:\n" + "\n".join(" -> ".join(c) for c in cycles)
-
-
-def test_layers_import_downward_only():
-    bad = []
-    for imp in project_imports():
-        if imp.third_party or pending(imp.source) or imp.target == imp.source:
-            continue
-        if imp.target.split(".")[0] == imp.target:  # a package's __init__: no layer
-            continue
-        src, dst = layer(imp.source), layer(imp.target)
-        if LAYERS.index(dst) > LAYERS.index(src):
-            bad.append(f"{imp.source}:{imp.line} ({src}) imports {imp.target} ({dst})")
-    assert bad == [], "imports that go up a layer:\n" + "\n".join(bad)
 
 
 def test_connector_keeps_the_plugin_and_the_bench_apart():
@@ -298,6 +218,15 @@ def test_connector_keeps_the_plugin_and_the_bench_apart():
 ENTRY_LAZY = "# lazy: node runtime, loaded on the allocation only"
 
 
+def node_runtime(module: str) -> bool:
+    """A module of jobs/ other than the package and its entries: runs on the nodes only."""
+    return (
+        module.split(".")[0] == "jobs"
+        and module not in ("jobs", "jobs.entry")
+        and (not module.startswith("jobs.entry."))
+    )
+
+
 def entry_runtime_import(imp: Import) -> bool:
     """A job entry's one import of the node runtime, inside the function that runs it."""
     return (
@@ -311,7 +240,7 @@ def entry_runtime_import(imp: Import) -> bool:
 def test_imports_inside_functions_are_lazy_third_party_ones_with_a_reason():
     bad = []
     for imp in project_imports():
-        if not imp.in_function or pending(imp.source):
+        if not imp.in_function:
             continue
         if entry_runtime_import(imp):
             continue
@@ -344,6 +273,11 @@ def test_the_parser_sees_function_level_and_relative_imports(tmp_path):
     ]
 
 
+def test_the_node_runtime_is_jobs_but_its_entries():
+    assert node_runtime("jobs.run.task") and node_runtime("jobs.workload")
+    assert not node_runtime("jobs.entry.deployment") and not node_runtime("jobs")
+
+
 def test_only_a_job_entry_may_load_the_node_runtime_in_a_function():
     entry = Import(
         "jobs.entry.x",
@@ -365,10 +299,88 @@ def test_only_a_job_entry_may_load_the_node_runtime_in_a_function():
 
 def test_importing_the_deployment_job_entry_loads_no_node_runtime_module():
     """What the driver imports to submit a Deployment: the node runtime stays on the nodes."""
+    loaded = loaded_by("import jobs.entry.deployment")
+    assert [m for m in loaded if node_runtime(m)] == []
+
+
+def lint_imports(root: Path) -> subprocess.CompletedProcess:
+    """import-linter's contracts of ``root``'s pyproject.toml over ``root``'s packages."""
     code = (
-        "import sys, jobs.entry.deployment; print(sorted(m for m in sys.modules "
-        "if m.startswith('jobs.') and not m.startswith('jobs.entry')))"
+        "import sys; from importlinter.cli import lint_imports; "
+        "sys.exit(lint_imports(no_cache=True, no_logo=True))"
     )
-    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True)
+    return subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=root,
+        env={**os.environ, "PYTHONPATH": str(root)},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+def test_the_layer_contract_holds():
+    out = lint_imports(REPO)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "0 broken" in out.stdout
+
+
+@pytest.fixture(scope="module")
+def tree_copy(tmp_path_factory) -> Path:
+    """The packages and pyproject.toml in a temp dir, to plant imports in."""
+    root = tmp_path_factory.mktemp("tree")
+    for package in PACKAGES:
+        shutil.copytree(REPO / package, root / package, ignore=shutil.ignore_patterns("*.pyc"))
+    shutil.copy(REPO / "pyproject.toml", root / "pyproject.toml")
+    return root
+
+
+def test_the_contract_fails_on_an_upward_import(tree_copy):
+    planted = tree_copy / "pdbench" / "plan" / "lengths.py"
+    original = planted.read_text()
+    planted.write_text(original + "\nimport pdbench.driver.launch  # planted\n")
+    try:
+        out = lint_imports(tree_copy)
+    finally:
+        planted.write_text(original)
+    assert out.returncode != 0
+    assert "layers: CLI -> driver -> jobs -> pure core -> connector BROKEN" in out.stdout
+    assert "pdbench.plan.lengths -> pdbench.driver.launch" in out.stdout
+
+
+def test_the_contract_fails_on_a_node_runtime_import_in_the_driver_and_an_unplaced_job(
+    tree_copy,
+):
+    planted = tree_copy / "pdbench" / "driver" / "status.py"
+    original = planted.read_text()
+    planted.write_text(original + "\nimport jobs.workload  # planted\n")
+    new_module = tree_copy / "jobs" / "helper.py"
+    new_module.write_text('"""A module in no layer of jobs/."""\n')
+    try:
+        out = lint_imports(tree_copy)
+    finally:
+        planted.write_text(original)
+        new_module.unlink()
+    assert out.returncode != 0
+    assert "the driver imports only the job entries of jobs/ BROKEN" in out.stdout
+    assert "pdbench.driver.status -> jobs.workload" in out.stdout
+    assert "jobs.helper" in out.stdout  # exhaustive: every module of jobs/ in a layer
+
+
+def loaded_by(statement: str) -> list[str]:
+    """The project's jobs/ modules a fresh interpreter holds after ``statement``."""
+    code = (
+        f"import sys; {statement}; print(' '.join(sorted(m for m in sys.modules "
+        "if m.split('.')[0] == 'jobs')))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120
+    )
     assert out.returncode == 0, out.stderr
-    assert out.stdout.strip() == "[]"
+    return out.stdout.split()
+
+
+def test_the_cli_loads_no_node_runtime_module():
+    loaded = loaded_by("import pdbench.cli")
+    assert loaded, "the CLI imports the job entries"
+    assert [m for m in loaded if node_runtime(m)] == []
