@@ -1,2 +1,2 @@
-"""What a run leaves in its dir: Point records and requests (store), the manifest and its
-launch history (manifest), the nodes' preflight reports (preflight). Analysis reads these only."""
+"""The results schema: Point records, the run store and the run manifest (pure, but for
+atomic file writes)."""
