@@ -194,8 +194,22 @@ all_idle() {
   [[ $(grep -c ' idle$' <<<"$states") -eq ${#NODES[@]} ]]
 }
 
+# The daemons outlive this script: they must not keep a descriptor its caller opened (a lock
+# held with `flock`, the pipe a CI log is read from), or that lock is never released and that
+# pipe never ends. Bash reads this script on fd 255 (close-on-exec): left open.
+close_inherited_fds() {
+  local fd
+  for fd in /proc/$$/fd/*; do
+    fd=${fd##*/}
+    if ((fd > 2 && fd < 255)); then
+      eval "exec $fd>&-" 2>/dev/null || true
+    fi
+  done
+}
+
 cmd_start() {
   need_root
+  close_inherited_fds
   install_packages
   ensure_hosts
   write_conf
