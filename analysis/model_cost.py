@@ -23,7 +23,7 @@ from typing import Any
 import yaml
 
 import conf
-from connector.layout import dtype_nbytes, kv_bytes_per_token
+from connector.layout import dtype_nbytes, kv_bytes_per_token, llama_parameter_count
 
 _FIELDS = (
     "num_layers",
@@ -92,9 +92,16 @@ class ModelShape:
     @property
     def params(self) -> int:
         """Every weight: layers (matmuls + 2 norms), final norm, embedding, LM head."""
-        layers = self.num_layers * (self.layer_matmul_params + 2 * self.hidden_size)
-        head = 0 if self.tie_word_embeddings else self.embedding_params
-        return layers + self.hidden_size + self.embedding_params + head
+        return llama_parameter_count(
+            hidden_size=self.hidden_size,
+            intermediate_size=self.intermediate_size,
+            num_layers=self.num_layers,
+            num_attention_heads=self.num_attention_heads,
+            num_kv_heads=self.num_kv_heads,
+            head_dim=self.head_dim,
+            vocab_size=self.vocab_size,
+            tie_word_embeddings=self.tie_word_embeddings,
+        )
 
     @property
     def kv_bytes_per_token(self) -> int:

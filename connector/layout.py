@@ -23,8 +23,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import Enum
 
-_DTYPE_BYTES = {
+# ---- model arithmetic: the one place (validation, the transfer bench, analysis) ----
+
+# Bytes per element of a dtype name: vLLM's ``--dtype`` values and the KV-cache ones.
+DTYPE_BYTES = {
     "float32": 4,
+    "float": 4,
     "fp32": 4,
     "bfloat16": 2,
     "float16": 2,
@@ -36,19 +40,29 @@ _DTYPE_BYTES = {
     "fp8_e4m3": 1,
     "fp8_e5m2": 1,
 }
+# ``model.dtype=auto``: the checkpoint's own dtype, bfloat16 for the models pdbench ships.
+AUTO_DTYPE_BYTES = 2
 
 
 def dtype_nbytes(dtype: str) -> int:
-    """Bytes per element of a KV-cache dtype name (``"bfloat16"`` -> 2)."""
+    """Bytes per element of a dtype name (``"bfloat16"`` -> 2); ``ValueError`` for a name
+    with no fixed size (``auto``) or an unknown one."""
     key = str(dtype).lower().removeprefix("torch.")
-    if key not in _DTYPE_BYTES:
-        known = ", ".join(sorted(_DTYPE_BYTES))
+    if key not in DTYPE_BYTES:
+        known = ", ".join(sorted(DTYPE_BYTES))
         raise ValueError(f"unknown KV dtype {dtype!r}; known: {known}")
-    return _DTYPE_BYTES[key]
+    return DTYPE_BYTES[key]
+
+
+def model_dtype_nbytes(dtype: str) -> int:
+    """Bytes per weight and KV element of a model served with ``--dtype dtype``; ``auto``
+    (or none) is the checkpoint's own (``AUTO_DTYPE_BYTES``)."""
+    return AUTO_DTYPE_BYTES if str(dtype) in ("auto", "") else dtype_nbytes(dtype)
 
 
 def kv_bytes_per_token(num_layers: int, num_kv_heads: int, head_dim: int, dtype_bytes: int) -> int:
-    """Bytes of K and V for one token, all layers, whole model (no TP split)."""
+    """Bytes of K and V for one token, all layers, of ``num_kv_heads`` heads (a whole model,
+    or one TP rank's heads: ``kv_heads_per_rank``)."""
     for name, value in (
         ("num_layers", num_layers),
         ("num_kv_heads", num_kv_heads),
@@ -58,6 +72,36 @@ def kv_bytes_per_token(num_layers: int, num_kv_heads: int, head_dim: int, dtype_
         if value < 1:
             raise ValueError(f"{name} must be >= 1, got {value}")
     return 2 * num_layers * num_kv_heads * head_dim * dtype_bytes
+
+
+def kv_heads_per_rank(num_kv_heads: int, tp: int) -> int:
+    """KV heads one rank of a ``tp``-way instance holds: an even share, or one replicated
+    head when there are more ranks than heads (vLLM's rule; ``rank_heads``)."""
+    return max(1, num_kv_heads // max(1, tp))
+
+
+def llama_parameter_count(
+    *,
+    hidden_size: int,
+    intermediate_size: int,
+    num_layers: int,
+    num_attention_heads: int,
+    num_kv_heads: int,
+    head_dim: int,
+    vocab_size: int,
+    tie_word_embeddings: bool,
+) -> int:
+    """Parameters of a Llama-shaped decoder: per layer the Q, K, V, O projections, the gated
+    MLP's three matrices and two norms; the embeddings (and an untied LM head); the final
+    norm."""
+    q_out, kv_out = num_attention_heads * head_dim, num_kv_heads * head_dim
+    attention = hidden_size * (2 * q_out + 2 * kv_out)
+    mlp = 3 * hidden_size * intermediate_size
+    embeddings = vocab_size * hidden_size * (1 if tie_word_embeddings else 2)
+    return num_layers * (attention + mlp + 2 * hidden_size) + embeddings + hidden_size
+
+
+# ---- KV cache geometry ----
 
 
 class KVLayout(Enum):

@@ -6,7 +6,9 @@ that one sequence of ``max_model_len`` tokens fits it, holding one block back
 (``kv_cache_utils.check_enough_kv_cache_memory``): ``ceil(max_model_len / block_size) + 1``
 blocks of ``block_size`` tokens. ``max_num_seqs`` plays no part in that check: more
 sequences than the cache holds wait or are preempted, they do not stop the server.
-A Llama layer keeps K and V of ``num_kv_heads x head_dim`` values per token.
+A Llama layer keeps K and V of ``num_kv_heads x head_dim`` values per token. The arithmetic
+(element sizes, KV bytes per token, parameters) is ``connector.layout``'s, here applied to a
+``ModelConfig``.
 """
 
 from __future__ import annotations
@@ -14,20 +16,20 @@ from __future__ import annotations
 import math
 import os
 
+from connector import layout
 from pdbench.config.schema import ModelConfig
 
 GIB = 1 << 30
-DTYPE_BYTES = {"float32": 4, "float": 4, "float16": 2, "half": 2, "bfloat16": 2, "auto": 2}
-
-
-def dtype_bytes(dtype: str) -> int:
-    return DTYPE_BYTES.get(dtype, 2)
 
 
 def kv_bytes_per_token(model: ModelConfig, tp: int = 1) -> int:
     """K and V of every layer for one token on one TP rank (KV heads split over ranks)."""
-    heads = max(1, model.num_kv_heads // max(1, tp))
-    return 2 * model.num_layers * heads * model.resolved_head_dim * dtype_bytes(model.dtype)
+    return layout.kv_bytes_per_token(
+        model.num_layers,
+        layout.kv_heads_per_rank(model.num_kv_heads, tp),
+        model.resolved_head_dim,
+        layout.model_dtype_nbytes(model.dtype),
+    )
 
 
 def kv_bytes_for_one_sequence(model: ModelConfig, block_size: int) -> int:
@@ -42,13 +44,23 @@ def longest_sequence(model: ModelConfig, block_size: int, cache_bytes: int) -> i
     return max(0, blocks * block_size)
 
 
+def parameter_count(model: ModelConfig) -> int:
+    """Parameters of the model's Llama-shaped decoder (``connector.layout``)."""
+    return layout.llama_parameter_count(
+        hidden_size=model.hidden_size,
+        intermediate_size=model.intermediate_size,
+        num_layers=model.num_layers,
+        num_attention_heads=model.num_attention_heads,
+        num_kv_heads=model.num_kv_heads,
+        head_dim=model.resolved_head_dim,
+        vocab_size=model.vocab_size,
+        tie_word_embeddings=model.tie_word_embeddings,
+    )
+
+
 def weight_bytes(model: ModelConfig) -> int:
-    """A Llama's weights: embeddings and LM head (untied), attention and MLP per layer."""
-    h, hd = model.hidden_size, model.resolved_head_dim
-    attention = h * hd * (2 * model.num_attention_heads + 2 * model.num_kv_heads)
-    mlp = 3 * h * model.intermediate_size
-    params = 2 * model.vocab_size * h + model.num_layers * (attention + mlp + 2 * h)
-    return params * dtype_bytes(model.dtype)
+    """The whole model's weights in its dtype (an unquantized checkpoint)."""
+    return parameter_count(model) * layout.model_dtype_nbytes(model.dtype)
 
 
 def machine_memory_bytes() -> int:

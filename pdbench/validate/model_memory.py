@@ -11,36 +11,15 @@ promise what does.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
-from connector.layout import dtype_nbytes, kv_bytes_per_token
+from connector.layout import model_dtype_nbytes
 from pdbench.config.schema import ModelConfig
+from pdbench.validate.capacity import kv_bytes_per_token, parameter_count
 
 GIB = 1024**3
 # CUDA context, activations of one batch, CUDA graphs, NCCL buffers: a floor, per GPU.
 RUNTIME_RESERVE_GIB = 2.0
-
-
-def weight_dtype_bytes(dtype: str) -> int:
-    """Bytes per weight; ``auto`` is the checkpoint's own dtype, bf16 for the models here."""
-    if dtype in ("auto", ""):
-        return 2
-    if dtype == "float":
-        return 4
-    return dtype_nbytes(dtype)
-
-
-def parameter_count(m: ModelConfig) -> int:
-    """Parameters of a Llama-style decoder of this shape."""
-    head_dim = m.resolved_head_dim
-    q_out = m.num_attention_heads * head_dim
-    kv_out = m.num_kv_heads * head_dim
-    attention = m.hidden_size * q_out + 2 * m.hidden_size * kv_out + q_out * m.hidden_size
-    mlp = 3 * m.hidden_size * m.intermediate_size
-    norms = 2 * m.hidden_size
-    embeddings = m.vocab_size * m.hidden_size * (1 if m.tie_word_embeddings else 2)
-    return m.num_layers * (attention + mlp + norms) + embeddings + m.hidden_size
 
 
 @dataclass(frozen=True)
@@ -59,11 +38,8 @@ class GpuNeed:
 
 def gpu_need(m: ModelConfig, tp: int) -> GpuNeed:
     """Weights per GPU and the KV of one ``max_model_len`` sequence on one rank."""
-    weights = parameter_count(m) * weight_dtype_bytes(m.dtype) / tp
-    heads_per_rank = max(1, math.ceil(m.num_kv_heads / tp))
-    per_token = kv_bytes_per_token(
-        m.num_layers, heads_per_rank, m.resolved_head_dim, weight_dtype_bytes(m.dtype)
-    )
+    weights = parameter_count(m) * model_dtype_nbytes(m.dtype) / tp
+    per_token = kv_bytes_per_token(m, tp)
     return GpuNeed(tp=tp, weights_gib=weights / GIB, kv_gib=per_token * m.max_model_len / GIB)
 
 
