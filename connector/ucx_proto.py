@@ -1,5 +1,9 @@
 """Which UCX transports carried KV, from UCX's protocol-selection tables (pure).
 
+What UCX says it *did* (``UCX_PROTO_INFO`` tables in a log); what ``UCX_TLS`` allows and what
+a node's UCX lists are ``connector.ucx``'s, and ``connector.ucx_probe`` asks the UCX that
+NIXL's wheel bundles.
+
 UCX picks transports silently; between GPUs a fallback to TCP costs ~100x (NIXL #791,
 Dynamo #1072). The transfer bench's agents and the serving instances run with
 ``UCX_PROTO_INFO=y``; both read the tables here and judge them by one rule
@@ -27,6 +31,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from connector.ucx import named_for_data, resources_of
 
 _PREFIX = re.compile(r"^\s*\[[^\]]*\]\s*\[[^\]]*\]\s*")
 _TRANSPORT = re.compile(r"\b([a-z][a-z0-9_]*/[A-Za-z0-9_:.\-]+)")
@@ -105,5 +111,5 @@ def transports_in_log(path: Path) -> dict[str, list[str]]:
 def tcp_fallback(transports: list[str], ucx_tls: str) -> bool:
     """TCP carried KV although ``UCX_TLS`` does not name it: UCX found no faster path (check
     UCX_TLS, GPUDirect RDMA, cuda_ipc). TCP asked for on purpose is not a fallback."""
-    asked_tcp = "tcp" in {t.strip().lower() for t in ucx_tls.split(",")}
-    return not asked_tcp and any(t.split("/")[0] == "tcp" for t in transports)
+    asked_tcp = "tcp" in named_for_data(ucx_tls)
+    return not asked_tcp and any(r.transport == "tcp" for r in resources_of(transports))

@@ -9,11 +9,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from connector.ucx import UcxResource, connectable_am, expand, matching
 from jobs.preflight.nvidia_smi import GpuInfo, Topology
 from jobs.preflight.spec import NodeExpectation
 from pdbench.results.preflight import CheckResult, failed, passed, skipped
 from pdbench.spec.launch import task_devices
-from pdbench.spec.ucx import UcxResource, connectable_am, expand, matching
 
 
 @dataclass

@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from connector.ucx import parse_ucp_context_info, parse_ucx_info_devices, parse_ucx_version
 from jobs.preflight.checks import ImportFacts, ModelFacts, UcxFacts
 from jobs.preflight.nvidia_smi import (
     GPU_QUERY,
@@ -22,7 +23,6 @@ from jobs.preflight.nvidia_smi import (
     parse_gpu_query,
     parse_topology,
 )
-from pdbench.spec.ucx import parse_ucp_context_info, parse_ucx_info_devices, parse_ucx_version
 from pdbench.validate.model_source import (
     hub_cache,
     hub_offline,

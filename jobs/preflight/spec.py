@@ -12,10 +12,10 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any
 
+from connector.ucx import expand
 from pdbench.config.schema import RunConfig
 from pdbench.plan.deployments import make_plan
 from pdbench.spec.launch import DeploymentSpec, InstanceSpec, build_launch
-from pdbench.spec.ucx import expand
 
 # The modules a server imports that a broken install breaks first: vLLM, NIXL, and
 # pdbench's connector plugin, which subclasses vLLM 0.32's NixlConnector internals.

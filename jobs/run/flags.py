@@ -7,12 +7,12 @@ printed, the NIXL counters, the router's stats) and returns flag lines, one per 
 
 from __future__ import annotations
 
+from connector.ucx import expand, unexpected_path
 from connector.ucx_proto import tcp_fallback
 from jobs.serving.server_log import expired_unread_leases, failed_loads, recomputed_loads
 from pdbench.config.schema import TransportConfig
 from pdbench.results.store import TransferTotals
 from pdbench.spec.launch import InstanceSpec
-from pdbench.spec.ucx import expand, unexpected_path
 
 # What vLLM did with a failed KV load under each server.kv_load_failure_policy.
 AFTER_FAILED_LOAD = {"recompute": "recomputed their blocks", "fail": "failed their requests"}

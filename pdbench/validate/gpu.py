@@ -12,14 +12,14 @@ import os
 from collections.abc import Mapping
 from pathlib import Path
 
-from pdbench.config.problems import ConfigProblem, Problems
-from pdbench.config.schema import ExecutorKind, RunConfig
-from pdbench.spec.ucx import (
+from connector.ucx import (
     AM_PEER_FAILURE_TRANSPORTS,
     expand,
     lacks_connectable_am,
     parse_tls,
 )
+from pdbench.config.problems import ConfigProblem, Problems
+from pdbench.config.schema import ExecutorKind, RunConfig
 from pdbench.validate.containers import check_containers
 from pdbench.validate.kv_path import KV_PATH_RULES
 from pdbench.validate.model_memory import fits, gpu_need, max_model_len_that_fits

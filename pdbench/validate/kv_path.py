@@ -19,10 +19,10 @@ each list), so every (P node, D node) pair of the plan counts.
 
 from __future__ import annotations
 
+from connector.ucx import expand, parse_tls
 from pdbench.config.problems import ConfigProblem
 from pdbench.config.schema import Command, RunConfig
 from pdbench.plan.deployments import place_instances
-from pdbench.spec.ucx import expand, parse_tls
 
 # Transports that only reach processes of the same host.
 INTRA_NODE_TRANSPORTS = frozenset({"cuda_ipc", "posix", "sysv", "xpmem", "cma", "knem", "self"})

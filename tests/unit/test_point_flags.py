@@ -6,13 +6,13 @@ from __future__ import annotations
 
 import pytest
 
+from connector.ucx import unexpected_path
 from connector.ucx_proto import transports_in_log
 from jobs.run import flags
 from jobs.serving.server_log import LogWindow, expired_unread_leases, failed_loads, recomputed_loads
 from pdbench.plan.deployments import make_plan
 from pdbench.results.store import TransferTotals
 from pdbench.spec.launch import build_launch
-from pdbench.spec.ucx import unexpected_path
 from tests.unit.helpers import cpu_run
 
 pytestmark = pytest.mark.unit

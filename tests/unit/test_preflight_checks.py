@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from connector.ucx import parse_ucp_context_info, parse_ucx_info_devices
 from jobs.preflight.checks import (
     ImportFacts,
     ModelFacts,
@@ -18,7 +19,6 @@ from jobs.preflight.checks import (
 from jobs.preflight.nvidia_smi import parse_gpu_query, parse_topology
 from jobs.preflight.spec import NodeExpectation, PreflightSpec, spec_from_config
 from pdbench.config.schema import Placement
-from pdbench.spec.ucx import parse_ucp_context_info, parse_ucx_info_devices
 from tests.unit.fixture_text import fixture
 from tests.unit.helpers import cpu_run, gpu_run
 

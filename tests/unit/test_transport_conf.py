@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from connector.ucx import lacks_connectable_am
 from pdbench.plan.deployments import make_plan
 from pdbench.spec.serve_command import serve_env
-from pdbench.spec.ucx import lacks_connectable_am
 from pdbench.validate.rules import validate
 from tests.unit.test_dry_run_golden import LLAMA_8B, compose_run
 

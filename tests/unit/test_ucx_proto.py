@@ -51,3 +51,11 @@ def test_tcp_that_ucx_tls_does_not_name_is_a_fallback():
     assert not tcp_fallback(["cma/memory"], "")
     assert not tcp_fallback([], "")
     assert transports_in_log(Path("/nonexistent/decode0.log")) == {"read": [], "write": []}
+
+
+def test_tcp_is_a_fallback_unless_ucx_tls_names_it_for_data():
+    tcp = ["tcp/eth0"]
+    assert not tcp_fallback(tcp, "TCP,cuda_copy") and not tcp_fallback(tcp, " tcp ")
+    assert tcp_fallback(tcp, "^cuda_ipc")  # all but cuda_ipc: TCP allowed, not asked for
+    assert tcp_fallback(tcp, "rc,tcp:aux")  # TCP named for wire-up only
+    assert tcp_fallback(tcp, "") and not tcp_fallback(["rc_mlx5/mlx5_0:1"], "")

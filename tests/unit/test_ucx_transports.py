@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from pdbench.spec.ucx import (
+from connector.ucx import (
     connectable_am,
     expand,
     lacks_connectable_am,

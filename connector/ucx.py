@@ -1,5 +1,12 @@
 """UCX transport names: what a ``UCX_TLS`` value allows, and what UCX says it has (pure).
 
+The UCX knowledge of pdbench is in three modules of connector (the lowest layer, so that the
+transfer bench, the jobs and validation share it): this one (names, aliases, the ``UCX_TLS``
+grammar, the resources ``ucx_info -d`` and ``ucp_context_print_info`` list, which transports
+can connect NIXL's endpoints), ``ucx_proto`` (which transports a log's ``UCX_PROTO_INFO``
+tables say carried data, and whether that was a TCP fallback) and ``ucx_probe`` (a script
+that loads the UCX NIXL's wheel bundles and prints its version and resources).
+
 Three facts drive the rules built on this module (``validate_gpu``, ``preflight``):
 
 - ``UCX_TLS`` takes transport names and aliases (``rc`` = ``rc_verbs`` + ``rc_mlx5``, ``sm``
@@ -73,6 +80,16 @@ def parse_tls(spec: str) -> TlsSelection:
     if not exclude and (not items or "all" in items):
         return TlsSelection(frozenset(), exclude=True)
     return TlsSelection(frozenset(expand(items)), exclude=exclude)
+
+
+def named_for_data(spec: str) -> set[str]:
+    """The transports a ``UCX_TLS`` value names for data, expanded: none for an exclusion
+    (``^...``) or ``all``, and not those named for wire-up only (``tcp:aux``)."""
+    text = spec.strip().lower()
+    if text.startswith("^"):
+        return set()
+    items = [item.strip() for item in text.split(",")]
+    return expand([item for item in items if item and ":" not in item and item != "all"])
 
 
 def lacks_connectable_am(spec: str) -> bool:
