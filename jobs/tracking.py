@@ -112,7 +112,7 @@ class WandbTracker(Tracker):
         run = wandb.init(
             project=self.cfg.project or "pdbench",
             entity=self.cfg.entity or None,
-            mode=self.cfg.mode,
+            mode=str(self.cfg.mode),
             dir=str(self.run_dir),
             name=run_name_for(point),
             group=self.run_name,

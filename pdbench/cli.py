@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import difflib
 import os
+import re
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -23,7 +24,13 @@ from omegaconf.errors import OmegaConfBaseException
 
 from pdbench.config.compose import Composer, compose_job
 from pdbench.config.given import given_problems
-from pdbench.config.overrides import OverrideError, check_overrides, combinations, schema
+from pdbench.config.overrides import (
+    OverrideError,
+    check_overrides,
+    closest,
+    combinations,
+    schema,
+)
 from pdbench.config.schema import Command, ExecutorKind, RunConfig, register_configs
 from pdbench.driver.launch import Ended, Launched, finish_sweep, launch
 from pdbench.driver.preflight import run_preflight_alone
@@ -134,6 +141,22 @@ FIXES = {
 }
 
 
+_INVALID_CHOICE = re.compile(r"Invalid value '([^']*)', expected one of \[([^\]]*)\]")
+_FULL_KEY = re.compile(r"full_key: (\S+)")
+
+
+def choice_fix(err: BaseException) -> list[str]:
+    """For a value outside a closed set (an Enum field), the setting and the closest choice."""
+    text = "\n".join(str(e) for e in (err, err.__cause__, err.__context__) if e is not None)
+    invalid, key = _INVALID_CHOICE.search(text), _FULL_KEY.search(text)
+    if invalid is None:
+        return []
+    value, choices = invalid.group(1), [c.strip() for c in invalid.group(2).split(",")]
+    near = closest(value, choices, n=1)
+    setting = f"{key.group(1)}=" if key else ""
+    return [f"Fix: {setting}{near[0] if near else choices[0]} (one of {', '.join(choices)})"]
+
+
 def error_text(err: BaseException, depth: int = 2) -> str:
     """An exception and its first cause, without a traceback or OmegaConf's detail lines."""
     lines: list[str] = []
@@ -206,7 +229,7 @@ def precheck(inv: Invocation) -> Jobs:
             cfg = typed.composer(job)
         except (HydraException, OmegaConfBaseException) as err:
             text = error_text(err)
-            fixes = [fix for words, fix in FIXES.items() if words in text]
+            fixes = choice_fix(err) + [fix for words, fix in FIXES.items() if words in text]
             problems.append(label + "\n".join([text, *fixes[:1]]))
             continue
         typed.append(Job(job, cfg))

@@ -8,7 +8,7 @@ _self_]``), so a typo or a wrong type fails at compose time. ``validate`` (in
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from enum import Enum
+from enum import Enum, StrEnum
 from typing import Any
 
 from omegaconf import MISSING, OmegaConf
@@ -64,6 +64,55 @@ class Command(Enum):
 class TrackingBackend(Enum):
     none = "none"
     wandb = "wandb"
+
+
+# Closed sets whose values go out as they are (vLLM flags, W&B, JSON records): StrEnums, so a
+# value is its own text; composition refuses any other with the choices named.
+
+
+class Dtype(StrEnum):
+    """vLLM's ``--dtype`` choices (``auto``: the checkpoint's own)."""
+
+    auto = "auto"
+    float32 = "float32"
+    float = "float"
+    float16 = "float16"
+    half = "half"
+    bfloat16 = "bfloat16"
+
+
+class KvBufferDevice(StrEnum):
+    """Where vLLM's NIXL connector keeps the KV it moves."""
+
+    cpu = "cpu"
+    cuda = "cuda"
+
+
+class LengthDistribution(StrEnum):
+    """How drawn token counts spread around their mean (``pdbench.plan.lengths``)."""
+
+    uniform = "uniform"
+    lognormal = "lognormal"
+
+
+class KvLoadFailurePolicy(StrEnum):
+    """What vLLM does with a request whose KV did not load."""
+
+    recompute = "recompute"
+    fail = "fail"
+
+
+class TrackingMode(StrEnum):
+    """W&B's modes."""
+
+    offline = "offline"
+    online = "online"
+    disabled = "disabled"
+
+
+# ``continue`` is a keyword: the members are named in a list.
+OnFailure = StrEnum("OnFailure", [("continue", "continue"), ("stop", "stop")])
+OnFailure.__doc__ = "What a launch does after a failed Deployment (``launch.on_failure``)."
 
 
 @dataclass
@@ -135,7 +184,7 @@ class ModelConfig:
     intermediate_size: int = MISSING
     vocab_size: int = MISSING
     max_model_len: int = 2048
-    dtype: str = "bfloat16"
+    dtype: Dtype = Dtype.bfloat16
     tie_word_embeddings: bool = False  # config.json's; true: one embedding matrix, not two
     seed: int = 0
 
@@ -168,7 +217,7 @@ class TransportConfig:
     """How KV moves between instances: NIXL backend, memory kind and UCX settings."""
 
     name: str = "dram"
-    kv_buffer_device: str = "cpu"
+    kv_buffer_device: KvBufferDevice = KvBufferDevice.cpu
     backends: list[str] = field(default_factory=lambda: ["UCX"])
     ucx_tls: str = ""
     ucx_net_devices: str = ""
@@ -212,7 +261,7 @@ class WorkloadConfig:
     output_tokens_jitter: float = 0.0  # output lengths spread around O (0: all O), seeded
     # How lengths spread: "uniform" in mean * (1 +- jitter), or "lognormal" (sigma = jitter,
     # same mean, a long tail clipped at mean * (1 + 3 * jitter)).
-    length_distribution: str = "uniform"
+    length_distribution: LengthDistribution = LengthDistribution.uniform
     history_tokens: list[int] = field(default_factory=lambda: [0])  # sweep axis: prefix
     # Further Point axes (servers stay up): the working set and the load. []: just
     # ``conversations`` / ``concurrency``.
@@ -271,7 +320,7 @@ class ServerConfig:
     # "fail" the request (vLLM's default, an HTTP 500: what GPU clusters use, so that a broken
     # transport cannot pass for a slow one) or "recompute" the missing blocks (the request
     # succeeds; the Point counts and flags the failure; the CPU presets' choice).
-    kv_load_failure_policy: str = "fail"
+    kv_load_failure_policy: KvLoadFailurePolicy = KvLoadFailurePolicy.fail
     extra_args: list[str] = field(default_factory=list)
     env: dict[str, str] = field(default_factory=dict)
 
@@ -288,7 +337,7 @@ class TrackingConfig:
     backend: TrackingBackend = TrackingBackend.none
     project: str = "pdbench"
     entity: str = ""
-    mode: str = "offline"
+    mode: TrackingMode = TrackingMode.offline
 
 
 @dataclass
@@ -299,7 +348,7 @@ class LaunchConfig:
     # not start or died, failed requests): "continue" with the next Deployment, or "stop"
     # (later Deployments are not started; on SLURM the array's other jobs are cancelled).
     # Their Points stay pending: rerun the same command to resume.
-    on_failure: str = "continue"
+    on_failure: OnFailure = OnFailure["continue"]
     # A launch into a dir whose launches measured something else (pdbench/plan/identity.py: not
     # timeouts, ports or paths) is refused; true adds its Deployments and Points anyway.
     allow_mixed: bool = False

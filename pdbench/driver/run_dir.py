@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from pdbench.config.problems import ConfigError, ConfigProblem
-from pdbench.config.schema import RunConfig
+from pdbench.config.schema import OnFailure, RunConfig
 from pdbench.driver import provenance
 from pdbench.driver.progress import JobOutcome
 from pdbench.plan.deployments import Deployment, Plan, to_jsonable
@@ -168,7 +168,7 @@ def stop_after(
     cfg: RunConfig, plan: Plan, store: RunStore, dep: Deployment, outcome: JobOutcome
 ) -> bool:
     """Whether ``launch.on_failure=stop`` ends the run after this Deployment."""
-    return cfg.launch.on_failure == "stop" and deployment_failed(plan, store, dep, outcome)
+    return cfg.launch.on_failure is OnFailure.stop and deployment_failed(plan, store, dep, outcome)
 
 
 @dataclass

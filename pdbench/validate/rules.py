@@ -29,14 +29,21 @@ import os
 from pathlib import Path
 
 from pdbench.config.problems import ConfigError, ConfigProblem, Problems, Rule
-from pdbench.config.schema import Command, ExecutorKind, Flow, Placement, RunConfig
+from pdbench.config.schema import (
+    Command,
+    ExecutorKind,
+    Flow,
+    KvBufferDevice,
+    Placement,
+    RunConfig,
+)
 from pdbench.plan.deployments import (
     PD_FLOWS,
     SIDE_CHANNEL_STRIDE,
     VLLM_PORT_STRIDE,
     place_instances,
 )
-from pdbench.plan.lengths import LENGTH_DISTRIBUTIONS, max_length
+from pdbench.plan.lengths import max_length
 from pdbench.spec import server_flags
 from pdbench.validate import capacity
 from pdbench.validate.bench import check_transfer_bench
@@ -47,11 +54,6 @@ from pdbench.validate.unchecked import warn_model_path_checked_on_the_nodes
 
 CPU_ATTENTION_HEAD_SIZES = (32, 64, 80, 96, 112, 128, 160, 192, 224, 256, 512)
 CPU_BLOCK_MULTIPLE = 32
-KV_LOAD_FAILURE_POLICIES = ("recompute", "fail")
-ON_FAILURE_POLICIES = ("continue", "stop")
-DTYPES = ("auto", "float32", "float", "float16", "half", "bfloat16")
-KV_BUFFER_DEVICES = ("cpu", "cuda")
-TRACKING_MODES = ("offline", "online", "disabled")
 ISSUE_HETERO_TP = "vLLM #43523"
 
 
@@ -123,29 +125,8 @@ def check_counts(cfg: RunConfig) -> list[ConfigProblem]:
                 "must be in [0, 1)",
                 f"0 for fixed lengths, e.g. 0.5 for {mean} x (1 +- 0.5)",
             )
-    if w.length_distribution not in LENGTH_DISTRIBUTIONS:
-        out.add(
-            "workload.length_distribution",
-            w.length_distribution,
-            "is not a length distribution",
-            " or ".join(LENGTH_DISTRIBUTIONS),
-        )
     need("server.max_num_seqs", s.max_num_seqs, 1, "1 or more")
     need("server.cpu_threads_per_instance", s.cpu_threads_per_instance, 1, "1 or more")
-    if s.kv_load_failure_policy not in KV_LOAD_FAILURE_POLICIES:
-        out.add(
-            "server.kv_load_failure_policy",
-            s.kv_load_failure_policy,
-            "is not a vLLM kv_load_failure_policy",
-            " or ".join(KV_LOAD_FAILURE_POLICIES),
-        )
-    if cfg.launch.on_failure not in ON_FAILURE_POLICIES:
-        out.add(
-            "launch.on_failure",
-            cfg.launch.on_failure,
-            "is not a failure policy",
-            " or ".join(ON_FAILURE_POLICIES),
-        )
     return out
 
 
@@ -168,8 +149,6 @@ def check_model(cfg: RunConfig) -> list[ConfigProblem]:
                 f"is not a multiple of num_attention_heads ({m.num_attention_heads})",
                 "set model.head_dim explicitly or fix the head count",
             )
-    if m.dtype not in DTYPES:
-        out.add("model.dtype", m.dtype, "is not a vLLM dtype", f"one of {DTYPES}")
     if m.generate and m.path:
         out.add(
             "model.path",
@@ -429,18 +408,11 @@ def check_kv_cache(cfg: RunConfig) -> list[ConfigProblem]:
     out = Problems()
     if s.block_size < 1:
         out.add("server.block_size", s.block_size, "must be positive", "e.g. 16")
-    if t.kv_buffer_device not in KV_BUFFER_DEVICES:
-        out.add(
-            "transport.kv_buffer_device",
-            t.kv_buffer_device,
-            "is not a NIXL connector buffer device",
-            f"one of {KV_BUFFER_DEVICES}",
-        )
     if not t.backends:
         out.add("transport.backends", [], "is empty", "e.g. [UCX]")
     if not _on_cpu(cfg):
         return out
-    if t.kv_buffer_device == "cuda":
+    if t.kv_buffer_device == KvBufferDevice.cuda:
         out.add(
             "transport.kv_buffer_device",
             t.kv_buffer_device,
@@ -526,16 +498,6 @@ def check_ports(cfg: RunConfig) -> list[ConfigProblem]:
                     f"move {b} outside {alo}-{ahi - 1}",
                 )
     return out
-
-
-def check_tracking(cfg: RunConfig) -> list[ConfigProblem]:
-    if cfg.tracking.mode in TRACKING_MODES:
-        return []
-    return [
-        ConfigProblem(
-            "tracking.mode", cfg.tracking.mode, "is not a W&B mode", f"one of {TRACKING_MODES}"
-        )
-    ]
 
 
 def check_command(cfg: RunConfig) -> list[ConfigProblem]:
@@ -755,7 +717,6 @@ RULES: tuple[Rule, ...] = (
     check_kv_cache,
     check_workload_fits,
     check_ports,
-    check_tracking,
     check_command,
     check_extra_args,
     check_cpu_memory,

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pdbench.config.schema import (
     ClusterConfig,
     ExecutorKind,
+    KvBufferDevice,
     ModelConfig,
     Placement,
     RoleSpec,
@@ -60,7 +61,9 @@ def gpu_run(p_tp=1, d_tp=1, p=1, d=1, placement=Placement.same_node, nodes=1) ->
     cfg.topology = TopologyConfig(
         name=f"{p}p{d}d", prefill=RoleSpec(p, p_tp), decode=RoleSpec(d, d_tp), placement=placement
     )
-    cfg.transport = TransportConfig(name="rdma", kv_buffer_device="cuda", ucx_tls="rc,cuda_copy")
+    cfg.transport = TransportConfig(
+        name="rdma", kv_buffer_device=KvBufferDevice.cuda, ucx_tls="rc,cuda_copy"
+    )
     cfg.server.block_size = 16
     return cfg
 

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from analysis.load import deployment_label, load_runs
-from pdbench.config.schema import Flow, RunConfig
+from pdbench.config.schema import Flow, OnFailure, RunConfig
 from pdbench.driver.run_dir import pending_deployments
 from pdbench.plan.deployments import Plan, make_plan, to_jsonable
 from pdbench.plan.identity import (
@@ -66,7 +66,7 @@ def test_tracking_cluster_and_paths_keep_every_id():
     cfg = all_flows()
     other = copy.deepcopy(cfg)
     other.dir, other.cache_dir, other.name = "/ELSEWHERE", "/OTHER_CACHE", "renamed"
-    other.launch.on_failure = "stop"
+    other.launch.on_failure = OnFailure.stop
     other.cluster.time_limit_min = 600
     assert ids(make_plan(other)) == ids(make_plan(cfg))
 

@@ -1,6 +1,6 @@
 import pytest
 
-from pdbench.config.schema import Flow, Placement
+from pdbench.config.schema import Flow, OnFailure, Placement
 from pdbench.plan.deployments import SIDE_CHANNEL_STRIDE, cpu_cores, make_plan, share_budgets
 from tests.unit.helpers import cpu_run, gpu_run, one_pass
 
@@ -159,7 +159,7 @@ def test_on_failure_stop_ends_the_run_only_after_a_failed_deployment(tmp_path):
     write_json_atomic(store.point_path(one.point_id), {"status": "failed"})
     assert deployment_failed(plan, store, first, ran)
     assert not stop_after(cfg, plan, store, first, ran)  # default: continue
-    cfg.launch.on_failure = "stop"
+    cfg.launch.on_failure = OnFailure.stop
     assert stop_after(cfg, plan, store, first, ran)
 
 

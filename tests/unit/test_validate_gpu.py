@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from pdbench.config.schema import ExecutorKind, Placement
+from pdbench.config.schema import ExecutorKind, KvBufferDevice, Placement
 from pdbench.spec.containers import srun_args
 from pdbench.validate.gpu import check_model_reachable
 from pdbench.validate.kv_path import same_node_path
@@ -21,7 +21,7 @@ pytestmark = pytest.mark.unit
 
 def test_ucx_tls_without_an_active_message_transport_is_rejected():
     cfg = gpu_run()
-    cfg.transport.kv_buffer_device = "cuda"
+    cfg.transport.kv_buffer_device = KvBufferDevice.cuda
     cfg.transport.ucx_tls = "cuda_ipc,cuda_copy"
     problem = only(cfg, "transport.ucx_tls", "cuda_ipc,cuda_copy", "active messages", "NIXL #1413")
     assert "cuda_ipc,cuda_copy,tcp" in problem.fix
@@ -42,7 +42,7 @@ def test_expected_transport_must_be_allowed_by_ucx_tls():
 
 def nvlink(cfg):
     cfg.transport.name = "nvlink"
-    cfg.transport.kv_buffer_device = "cuda"
+    cfg.transport.kv_buffer_device = KvBufferDevice.cuda
     cfg.transport.ucx_tls = "cuda_ipc,cuda_copy,tcp"
     cfg.transport.expected_ucx_transports = ["cuda_ipc"]
     return cfg
