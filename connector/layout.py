@@ -50,7 +50,7 @@ def dtype_nbytes(dtype: str) -> int:
     key = str(dtype).lower().removeprefix("torch.")
     if key not in DTYPE_BYTES:
         known = ", ".join(sorted(DTYPE_BYTES))
-        raise ValueError(f"unknown KV dtype {dtype!r}; known: {known}")
+        raise ValueError(f"unknown KV dtype {str(dtype)!r}; known: {known}")
     return DTYPE_BYTES[key]
 
 

@@ -12,14 +12,17 @@ only routable address, else fails with one line saying how to fix it. Loopback n
 allowed only when asked for: ``PDBENCH_LOOPBACK_NODES=1`` (the local test cluster, whose
 "nodes" are 127.0.10.x aliases of one host, sets it in conf/cluster/slurm.yaml).
 
-``expand_nodelist``, ``choose_node_address`` and ``parse_default_route`` are pure.
+Rank facts and node lists come from submitit's job environments (their variables and
+their node-list parser); what submitit lacks is here: a plain process and SLURM's older
+variables, a check of the node list's format, the node's address. ``expand_nodelist``,
+``choose_node_address`` and ``parse_default_route`` are pure.
 """
 
 from __future__ import annotations
 
 import ipaddress
-import itertools
 import os
+import re
 import socket
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -33,68 +36,30 @@ LOOPBACK_NODES_ENV = "PDBENCH_LOOPBACK_NODES"
 NODE_INTERFACE_ENV = "PDBENCH_NODE_INTERFACE"
 
 
-def _split_top_level(text: str) -> list[str]:
-    """Split on commas that are not inside brackets."""
-    parts, depth, start = [], 0, 0
-    for pos, char in enumerate(text):
-        if char == "[":
-            depth += 1
-            if depth > 1:
-                raise ValueError(f"nested brackets in node list {text!r}")
-        elif char == "]":
-            depth -= 1
-            if depth < 0:
-                raise ValueError(f"unbalanced ']' in node list {text!r}")
-        elif char == "," and depth == 0:
-            parts.append(text[start:pos])
-            start = pos + 1
-    if depth:
-        raise ValueError(f"unbalanced '[' in node list {text!r}")
-    parts.append(text[start:])
-    return [part for part in (p.strip() for p in parts) if part]
-
-
-def _expand_range(spec: str, nodelist: str) -> list[str]:
-    """``01-03,07`` -> ``['01', '02', '03', '07']``; the low bound's width sets zero padding."""
-    values = []
-    for item in spec.split(","):
-        low, sep, high = item.strip().partition("-")
-        if not low.isdigit() or (sep and not high.isdigit()):
-            raise ValueError(f"bad range {item!r} in node list {nodelist!r}")
-        if not sep:
-            values.append(low)
-            continue
-        if int(high) < int(low):
-            raise ValueError(f"descending range {item!r} in node list {nodelist!r}")
-        values.extend(f"{n:0{len(low)}d}" for n in range(int(low), int(high) + 1))
-    return values
-
-
-def _expand_group(group: str, nodelist: str) -> list[str]:
-    """``rack[1-2]-n[1,3]`` -> every combination, in SLURM's order (last bracket fastest)."""
-    pieces: list[list[str]] = []
-    pos = 0
-    while pos < len(group):
-        open_at = group.find("[", pos)
-        if open_at < 0:
-            pieces.append([group[pos:]])
-            break
-        close_at = group.index("]", open_at)
-        pieces.append([group[pos:open_at]])
-        pieces.append(_expand_range(group[open_at + 1 : close_at], nodelist))
-        pos = close_at + 1
-    return ["".join(combo) for combo in itertools.product(*pieces)]
+_NODE_LIST = re.compile(r"^[^\[\],]+(\[[0-9,\-]+\][^\[\],]*)*$")
+_RANGE = re.compile(r"^(\d+)(?:-(\d+))?$")
 
 
 def expand_nodelist(nodelist: str) -> list[str]:
-    """Host names of a SLURM node list such as ``node[1-2],gpu-[01-03,07]``, in order.
+    """Host names of a SLURM node list such as ``node[1-2],gpu-[01-03,07]``, in order
+    (submitit's parser, as its job environments read ``SLURM_JOB_NODELIST``).
 
-    Raises ``ValueError`` on malformed input (unbalanced or nested brackets, bad ranges).
+    Raises ``ValueError`` on malformed input, which submitit's parser lets through or
+    answers with its own exception: unbalanced or nested brackets, bad or descending ranges.
     """
-    names: list[str] = []
-    for group in _split_top_level(nodelist.strip()):
-        names.extend(_expand_group(group, nodelist))
-    return names
+    from submitit.slurm.slurm import _parse_node_list  # lazy: submitit on the nodes only
+
+    text = nodelist.strip()
+    groups = [g for g in re.split(r",(?![^\[]*\])", text) if g] if text else []
+    for group in groups:
+        if not _NODE_LIST.match(group):
+            raise ValueError(f"unbalanced or nested brackets in node list {nodelist!r}")
+        for ranges in re.findall(r"\[([^\]]*)\]", group):
+            for item in ranges.split(","):
+                match = _RANGE.match(item)
+                if not match or (match.group(2) and int(match.group(2)) < int(match.group(1))):
+                    raise ValueError(f"bad range {item!r} in node list {nodelist!r}")
+    return list(_parse_node_list(text)) if text else []
 
 
 def resolve_address(name: str) -> str:
@@ -322,47 +287,30 @@ def _submitit_facts() -> dict[str, object] | None:
         return None
 
 
-# Variable names per source, in the order: job id, global rank, local rank, tasks, node, nodes.
-_VARIABLES = {
-    "slurm": (
-        "SLURM_JOB_ID",
-        "SLURM_PROCID",
-        "SLURM_LOCALID",
-        "SLURM_NTASKS",
-        "SLURM_NODEID",
-        "SLURM_JOB_NUM_NODES",
-    ),
-    "local": (
-        "SUBMITIT_LOCAL_JOB_ID",
-        "SUBMITIT_LOCAL_GLOBALID",
-        "SUBMITIT_LOCAL_LOCALID",
-        "SUBMITIT_LOCAL_NTASKS",
-        "SUBMITIT_LOCAL_NODEID",
-        "SUBMITIT_LOCAL_JOB_NUM_NODES",
-    ),
-}
-
-
 def _environ_facts(env: Mapping[str, str], executor: str) -> dict[str, object]:
-    """Rank facts straight from the variables (a plain process: one task, rank 0)."""
-    source = "local" if executor == "local" else "slurm"
-    job_var, rank_var, local_var, tasks_var, node_var, nodes_var = _VARIABLES[source]
+    """Rank facts straight from the variables submitit's job environments read (a plain
+    process: one task, rank 0); SLURM's older ``SLURM_NPROCS``/``SLURM_NNODES`` too."""
+    from submitit.local.local import LocalJobEnvironment  # lazy: submitit on the nodes only
+    from submitit.slurm.slurm import SlurmJobEnvironment  # lazy: as above
+
     if executor == "debug":
         job_id = env.get("SUBMITIT_DEBUG_JOB_ID", "")
         return dict(
             job_id=job_id, global_rank=0, local_rank=0, num_tasks=1, node_rank=0, num_nodes=1
         )
-    array_job, array_task = env.get("SLURM_ARRAY_JOB_ID"), env.get("SLURM_ARRAY_TASK_ID")
-    job_id = env.get(job_var, "")
-    if source == "slurm" and array_job and array_task:
+    names = (LocalJobEnvironment if executor == "local" else SlurmJobEnvironment)._env
+    job_id = env.get(names["job_id"], "")
+    array_job, array_task = (
+        env.get(names.get("array_job_id", "")),
+        env.get(names.get("array_task_id", "")),
+    )
+    if array_job and array_task:
         job_id = f"{array_job}_{array_task}"
-    num_tasks = env.get(tasks_var) or env.get("SLURM_NPROCS") or "1"
-    num_nodes = env.get(nodes_var) or env.get("SLURM_NNODES") or "1"
     return {
         "job_id": job_id,
-        "global_rank": int(env.get(rank_var, "0")),
-        "local_rank": int(env.get(local_var, "0")),
-        "num_tasks": int(num_tasks),
-        "node_rank": int(env.get(node_var, "0")),
-        "num_nodes": int(num_nodes),
+        "global_rank": int(env.get(names["global_rank"], "0")),
+        "local_rank": int(env.get(names["local_rank"], "0")),
+        "num_tasks": int(env.get(names["num_tasks"]) or env.get("SLURM_NPROCS") or "1"),
+        "node_rank": int(env.get(names["node"], "0")),
+        "num_nodes": int(env.get(names["num_nodes"]) or env.get("SLURM_NNODES") or "1"),
     }
