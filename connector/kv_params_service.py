@@ -10,6 +10,11 @@ answers the router::
     GET /kv_params/<id>?wait_s=2   200 the params (JSON) | 404 none after wait_s
     GET /health                    200 ok
 
+Beside vLLM's params each answer holds the request's output token ids
+(``OUTPUT_IDS_KEY``): with the prompt the router sent, they say which tokens D holds the
+KV of, so the router hands P these params only for a prompt that begins with exactly those
+tokens (``jobs.serving.sessions.diverges_at``). The router drops the key before P sees them.
+
 ``<id>`` is the ``X-Request-Id`` the router sent; vLLM's own id wraps it
 (``cmpl-<id>-0-<random>``), and the board keys each entry by the id it wraps
 (``request_timing.external_id``): one dict lookup per GET. No file, no shared filesystem:
@@ -30,6 +35,7 @@ from urllib.parse import parse_qs, urlsplit
 from connector.request_timing import external_id
 
 MAX_WAIT_S = 30.0  # the longest one GET may wait for its params
+OUTPUT_IDS_KEY = "pdbench_output_token_ids"  # D's output token ids, beside vLLM's params
 
 
 class ParamsBoard:
@@ -39,15 +45,20 @@ class ParamsBoard:
     def __init__(self, max_entries: int = 4096, ttl_s: float = 600.0):
         self.max_entries = max_entries
         self.ttl_s = ttl_s
-        self._entries: OrderedDict[str, tuple[float, dict[str, Any]]] = OrderedDict()
+        self._entries: OrderedDict[str, tuple[float, dict[str, Any], list[int] | None]] = (
+            OrderedDict()
+        )
         self._changed = threading.Condition()
 
-    def put(self, request_id: str, params: dict[str, Any]) -> None:
-        """Keep ``params`` under the id vLLM's ``request_id`` wraps. This runs in vLLM's
-        scheduler for every finished request: no serialising here (``take`` does it, in the
-        HTTP thread, for the params someone asks for)."""
+    def put(
+        self, request_id: str, params: dict[str, Any], output_ids: list[int] | None = None
+    ) -> None:
+        """Keep ``params`` (and the request's ``output_ids``) under the id vLLM's
+        ``request_id`` wraps. This runs in vLLM's scheduler for every finished request: no
+        serialising here (``take`` does it, in the HTTP thread, for the params someone asks
+        for)."""
         with self._changed:
-            self._entries[external_id(request_id)] = (time.monotonic(), params)
+            self._entries[external_id(request_id)] = (time.monotonic(), params, output_ids)
             self._drop_old()
             self._changed.notify_all()
 
@@ -61,7 +72,9 @@ class ParamsBoard:
                 if left <= 0:
                     return None
                 self._changed.wait(left)
-            params = self._entries.pop(key)[1]
+            _, params, output_ids = self._entries.pop(key)
+        if output_ids is not None:
+            params = {**params, OUTPUT_IDS_KEY: output_ids}
         return json.dumps(params, default=list).encode()
 
     def __len__(self) -> int:

@@ -9,7 +9,8 @@ client, so on the scheduler side (vLLM's engine-core process, where ``request_fi
 runs when the request finishes, before vLLM sends the last chunk) the plugin keeps those
 params and serves them over HTTP on ``$PDBENCH_KV_PARAMS_ADDR`` (``host:port``, set by the
 launch spec on decode instances); the router asks for them when the stream ends
-(``connector.kv_params_service``).
+(``connector.kv_params_service``), with the request's output token ids, so that the router
+pulls only onto a prompt that extends exactly what D holds.
 """
 
 from __future__ import annotations
@@ -65,5 +66,9 @@ class NixlConnector(RequestTimingMixin, _VllmNixlConnector):
         return delay, params
 
     def _keep(self, request, params: dict[str, Any] | None) -> None:
+        """Put a finished request's params on the board with its output token ids: the
+        router checks the next prompt against the prompt it sent plus these (a copy: the
+        request's list goes with the request)."""
         if self.params_service is not None and params:
-            self.params_service.board.put(str(request.request_id), params)
+            outputs = list(request.output_token_ids)
+            self.params_service.board.put(str(request.request_id), params, outputs)

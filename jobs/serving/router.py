@@ -1,21 +1,29 @@
-"""The P/D router: an OpenAI-completions proxy that implements pdbench's flows.
+"""The P/D router: an OpenAI-API proxy that implements pdbench's flows.
 
 Runs as its own process (``python -m jobs.serving.router --config FILE``) so that its event loop
-does not share time with the load generator. Per conversation turn (header
-``X-Pdbench-Conversation``), by the flow set with ``POST /pdbench/flow``:
+does not share time with the load generator. It serves what clients use:
+``/v1/chat/completions`` and ``/v1/completions`` (text or token ids, streamed or not),
+``/v1/models``, ``/tokenize``, ``/detokenize``, ``/health``; P and D always get token-id
+completions (``jobs.serving.openai_api``: why). A conversation is named by ``X-Session-ID``,
+``X-Pdbench-Conversation`` or a ``conversation_id`` body field (``jobs.serving.sessions``);
+a request naming none stands alone. Per turn, by the flow set with ``POST /pdbench/flow``:
 
 - ``agg``: forward to the agg instance.
 - ``recompute``: P prefills the whole prompt (``max_tokens=1``, ``do_remote_decode``), D
   pulls it from P and streams the answer.
 - ``pull``: from turn 2, P is handed D's ``kv_transfer_params`` of the conversation's last
   turn and pulls the history from D, computing only the new tokens; D pulls back from P.
+  Only onto a true prefix: when the prompt does not begin with exactly the tokens D holds
+  (a client edited the history), P recomputes (``recompute_diverged``).
 - ``decode_first``: if the share of the prompt D already holds is at or above
   ``cache_hit_threshold``, D serves the turn alone; otherwise the fallback flow.
 
 A conversation sticks to one P and one D. The route taken is returned in the response
-header ``X-Pdbench-Path``. D's params come from the connector plugin in D's engine core over
-HTTP (``connector.kv_params_service``; vLLM does not put them in streamed responses); a
-conversation's next turn waits until the last one's params are in (or known missing).
+header ``X-Pdbench-Path`` and written, with the tokens and spans of the turn, to the
+request log (``jobs.serving.request_log``). D's params come from the connector plugin in
+D's engine core over HTTP (``connector.kv_params_service``; vLLM does not put them in
+streamed responses); a conversation's next turn waits until the last one's params are in
+(or known missing).
 """
 
 from __future__ import annotations
@@ -26,16 +34,18 @@ import json
 import random
 import time
 import uuid
-import zlib
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import aiohttp
 from aiohttp import web
 
+from connector.kv_params_service import OUTPUT_IDS_KEY
+from jobs.serving import openai_api
+from jobs.serving.openai_api import CHAT, COMPLETIONS, ChatStream
+from jobs.serving.request_log import RequestLog, TurnLog
 from jobs.serving.router_headers import (
-    CONVERSATION_HEADER,
     PATH_HEADER,
     PREFILL_MS_HEADER,
     REQUEST_ID_HEADER,
@@ -43,10 +53,24 @@ from jobs.serving.router_headers import (
     TURN_HEADER,
     format_spans,
 )
+from jobs.serving.routing import (
+    D_ALONE_PARAMS,
+    RoutePolicy,
+    RouterStats,
+    pick,
+    prefill_body,
+)
+from jobs.serving.sessions import (
+    SESSION_BODY_KEY,
+    Conversations,
+    ConversationState,
+    held_tokens,
+    session_of,
+)
 from pdbench.config.schema import Flow
-from pdbench.plan.kv_lease import pull_window_s
 
 FLOWS = tuple(f.value for f in Flow)
+IDLE_MARGIN_S = 60.0  # a conversation idle this long past D's TTL is forgotten
 
 
 @dataclass
@@ -67,27 +91,7 @@ class RouterConfig:
     request_timeout_s: float
     flow: str = "agg"  # the flow served until the job sets one (POST /pdbench/flow)
     params_wait_s: float = 2.0  # how long D's plugin may take to have a turn's KV params
-
-
-@dataclass
-class ConversationState:
-    """What the router knows of one conversation's KV on its D instance."""
-
-    d_params: dict[str, Any] | None = None
-    d_params_at: float = 0.0  # router monotonic time when D finished the last turn
-    d_tokens: int = 0  # tokens whose KV D holds (last prompt + output - 1)
-    turns: int = 0
-    # Set once the last turn's params are in (or known missing); the next turn waits for it.
-    settled: asyncio.Event | None = None
-
-
-@dataclass
-class RouterStats:
-    paths: dict[str, int] = field(default_factory=dict)
-    expired_leases: int = 0
-    missing_params: int = 0  # turns whose D params never came: the next turn recomputes
-    failed: int = 0
-    retries: int = 0
+    request_log: str = ""  # where each request's TurnLog line goes ("": nowhere)
 
 
 @dataclass
@@ -99,6 +103,7 @@ class TurnTiming:
     p_answered: float = 0.0
     d_sent: float = 0.0  # the request to D (agg: to the serving instance) was sent
     d_first: float = 0.0  # D's first chunk arrived
+    d_last: float = 0.0  # D's answer ended
 
     def spans_ms(self) -> dict[str, float]:
         """``route``: received -> first upstream send; ``p``: P's answer; ``gap``: P answered ->
@@ -114,147 +119,163 @@ class TurnTiming:
         }
 
 
-def pick(urls: list[str], conversation: str) -> str:
-    """Conversation affinity: a stable hash of the conversation id picks the instance."""
-    return urls[zlib.crc32(conversation.encode()) % len(urls)]
-
-
-def prefill_body(body: dict[str, Any], kv_params: dict[str, Any]) -> dict[str, Any]:
-    """P's request: the same prompt, one token, no streaming, KV kept for D."""
-    out = {k: v for k, v in body.items() if k not in ("stream", "stream_options", "min_tokens")}
-    out.update(stream=False, max_tokens=1, kv_transfer_params=kv_params)
-    return out
-
-
-P_FIRST_PARAMS = {
-    "do_remote_decode": True,
-    "do_remote_prefill": False,
-    "remote_engine_id": None,
-    "remote_block_ids": None,
-    "remote_host": None,
-    "remote_port": None,
-}
-D_ALONE_PARAMS = {"do_remote_decode": False, "do_remote_prefill": False}
-
-
-def held_share(state: ConversationState, prompt_tokens: int) -> float:
-    """The share of this prompt whose KV the conversation's D holds."""
-    if prompt_tokens <= 0:
-        return 0.0
-    return min(state.d_tokens, prompt_tokens) / prompt_tokens
-
-
 class Router:
     def __init__(self, config: RouterConfig):
         self.config = config
-        self.conversations: dict[str, ConversationState] = {}
-        self.stats = RouterStats()
+        self.conversations = Conversations(config.decoder_kv_blocks_ttl_s + IDLE_MARGIN_S)
+        self.policy = RoutePolicy(
+            config.cache_hit_threshold, config.decode_first_fallback, config.decoder_kv_blocks_ttl_s
+        )
         self.tag = "x"
         self.session = None
+        self.log = RequestLog(config.request_log)
 
-    # ---- routing decisions (pure given state) ----
-    def lease_valid(self, state: ConversationState, now: float) -> bool:
-        """D still holds the blocks when P reads them: P declines a read close to D's expiry
-        (and that request then stalled here), so the lease must leave P a window
-        (``pdbench.plan.kv_lease``)."""
-        return now - state.d_params_at < pull_window_s(self.config.decoder_kv_blocks_ttl_s)
-
-    def choose_route(self, flow: str, state: ConversationState, prompt_tokens: int, now: float):
-        """Returns (path, p_params or None, d_alone)."""
-        if flow == "agg":
-            return "agg", None, False
-        if flow == "decode_first":
-            if (
-                state.d_tokens
-                and held_share(state, prompt_tokens) >= self.config.cache_hit_threshold
-            ):
-                if self.lease_valid(state, now):
-                    return "decode_first", None, True
-            flow = self.config.decode_first_fallback
-        if flow == "pull" and state.d_params is not None:
-            if self.lease_valid(state, now):
-                return "pull", dict(state.d_params), False
-            self.stats.expired_leases += 1
-            return "recompute_expired", dict(P_FIRST_PARAMS), False
-        return "recompute", dict(P_FIRST_PARAMS), False
+    @property
+    def stats(self) -> RouterStats:
+        return self.policy.stats
 
     # ---- HTTP ----
     async def handle_completions(self, request):
+        return await self._serve(request, COMPLETIONS)
+
+    async def handle_chat(self, request):
+        return await self._serve(request, CHAT)
+
+    async def _serve(self, request, api: str):
         received = time.perf_counter()
         raw = await request.read()
-        body = _loads(raw)
-        conversation = request.headers.get(CONVERSATION_HEADER, uuid.uuid4().hex)
-        state = self.conversations.setdefault(conversation, ConversationState())
+        try:
+            body = _loads(raw)
+        except ValueError as exc:
+            return _error(400, f"the body is not JSON: {exc}")
+        if not isinstance(body, dict):
+            return _error(400, "router: the body is not a JSON object")
+        problem = openai_api.unsupported(body, api)
+        if problem:
+            return _error(400, f"router: {problem}")
+        session = session_of(request.headers, body)
+        state = self.conversations.get(session, time.monotonic())
+        conversation = session or uuid.uuid4().hex  # the affinity key
+        # Request ids name the Point (tag) and turn, so per-transfer traces map back to them.
+        turn = request.headers.get(TURN_HEADER, "")
+        turn = int(turn) if turn.isdigit() else (state.turns + 1 if session else 0)
+        rid = f"pdb-{self.tag}-t{turn}-{uuid.uuid4().hex[:12]}"
+        flow = self.config.flow
+        log = TurnLog(request_id=rid, session=session, api=api, flow=flow, turn=turn)
+        timing = TurnTiming(received)
+        answering = pick(self.config.agg_urls or self.config.decode_urls, conversation)
+        if flow != "agg":
+            answering = pick(self.config.decode_urls, conversation)
+        if openai_api.needs_tokens(body, api):
+            tokens = await self._tokenize(answering, openai_api.tokenize_request(body, api))
+            if isinstance(tokens, web.Response):
+                return self._logged(log, tokens, timing)
+            upstream, raw = openai_api.completion_request(body, api, tokens), None
+        else:
+            upstream = body
+            if SESSION_BODY_KEY in body:  # the session's field stays here
+                upstream = {k: v for k, v in body.items() if k != SESSION_BODY_KEY}
+                raw = None
+        prompt = upstream["prompt"]
+        log.prompt_tokens = len(prompt)
         if state.settled is not None:  # the last turn's params first (bounded: see _remember_d)
             await state.settled.wait()
-        prompt = body.get("prompt")
-        prompt_tokens = len(prompt) if isinstance(prompt, list) else 0
-        flow = self.config.flow
-        path, p_params, d_alone = self.choose_route(flow, state, prompt_tokens, time.monotonic())
-        self.stats.paths[path] = self.stats.paths.get(path, 0) + 1
-        # Request ids name the Point (tag) and turn, so per-transfer traces map back to them.
-        turn = request.headers.get(TURN_HEADER, "0")
-        rid = f"pdb-{self.tag}-t{turn}-{uuid.uuid4().hex[:12]}"
+        route = self.policy.choose(flow, state, prompt, time.monotonic())
+        self.stats.paths[route.path] = self.stats.paths.get(route.path, 0) + 1
+        log.path, log.diverged_at, log.offered_tokens = route.path, route.diverged_at, route.offered
+        if state.d_params is not None and route.diverged_at < 0:
+            log.held_tokens = min(state.d_tokens, len(prompt))
         # The next turn of this conversation waits until this one's D params are settled.
         settled = None
-        if flow in ("pull", "decode_first") and path != "agg":
+        if session and flow in ("pull", "decode_first") and route.path != "agg":
             settled = state.settled = asyncio.Event()
         try:
-            route = (path, p_params, d_alone)
-            timing = TurnTiming(received)
-            return await self._route(
-                request, state, conversation, route, body, raw, rid, settled, timing
+            response = await self._route(
+                request, state, conversation, route, upstream, raw, rid, settled, timing, api, log
             )
+            return self._logged(log, response, timing)
         finally:
             if settled is not None:
                 settled.set()
                 if state.settled is settled:
                     state.settled = None
 
-    async def _route(self, request, state, conversation, route, body, raw, rid, settled, timing):
-        """Send one turn along ``route`` (path, P's params, D alone), its spans in ``timing``;
-        remember D's params when ``settled`` (a pull or decode-first turn)."""
-        path, p_params, d_alone = route
+    def _logged(self, log: TurnLog, response, timing: TurnTiming):
+        """Write the turn's log line (status, spans) and return ``response``."""
+        log.status = response.status
+        if timing.d_sent:
+            log.spans_ms = timing.spans_ms()
+            log.spans_ms["last"] = ((timing.d_last or time.perf_counter()) - timing.d_sent) * 1e3
+        self.log.write(log)
+        return response
+
+    async def _tokenize(self, url: str, body: dict[str, Any]) -> list[int] | web.Response:
+        """The prompt ids the serving instance's own ``/tokenize`` gives (its chat template
+        and tokenizer), or its error as the answer to the client."""
+        try:
+            headers = {"Content-Type": "application/json"}
+            async with self.session.post(
+                f"{url}/tokenize", data=_dumps(body), headers=headers
+            ) as resp:
+                payload = await resp.read()
+                if resp.status != 200:
+                    return web.Response(
+                        body=payload, status=resp.status, content_type="application/json"
+                    )
+                return list(_loads(payload)["tokens"])
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            self.stats.failed += 1
+            return _error(502, f"router (tokenize): {type(exc).__name__}: {exc}")
+
+    async def _route(
+        self, request, state, conversation, route, body, raw, rid, settled, timing, api, log
+    ):
+        """Send one turn along ``route``, its spans in ``timing``; remember D's params when
+        ``settled`` (a pull or decode-first turn)."""
+        path = route.path
         c = self.config
         extra = {REQUEST_ID_HEADER: rid}
         try:
             if path == "agg":
                 target = pick(c.agg_urls or c.decode_urls, conversation)
-                return await self._relay(request, target, body, rid, path, raw, extra, timing)
+                return await self._relay(request, target, body, rid, path, raw, extra, timing, api)
             d_url = pick(c.decode_urls, conversation)
-            if d_alone:
+            if route.d_alone:
                 d_body = dict(body, kv_transfer_params=dict(D_ALONE_PARAMS))
             else:
                 p_url = pick(c.prefill_urls, conversation)
                 timing.p_sent = time.perf_counter()
-                p_resp = await self._post_json(p_url, prefill_body(body, p_params), f"{rid}-p")
+                p_resp = await self._post_json(
+                    p_url, prefill_body(body, route.p_params), f"{rid}-p"
+                )
                 timing.p_answered = time.perf_counter()
                 extra[PREFILL_MS_HEADER] = f"{(timing.p_answered - timing.p_sent) * 1e3:.3f}"
+                log.p_cached_tokens = _cached_tokens(p_resp)
                 d_body = dict(body, kv_transfer_params=p_resp.get("kv_transfer_params"))
             response = await self._relay(
-                request, d_url, d_body, f"{rid}-d", path, None, extra, timing
+                request, d_url, d_body, f"{rid}-d", path, None, extra, timing, api
             )
         except Exception as exc:  # upstream failure: a clear error, never a silent drop
             self.stats.failed += 1
-            return web.json_response(
-                {"error": {"message": f"router ({path}): {type(exc).__name__}: {exc}"}},
-                status=502,
-                headers={PATH_HEADER: path},
-            )
+            log.error = f"{type(exc).__name__}: {exc}"
+            return _error(502, f"router ({path}): {log.error}", {PATH_HEADER: path})
         if settled is not None and response.status == 200:
-            await self._remember_d(state, d_url, f"{rid}-d")
+            await self._remember_d(state, d_url, f"{rid}-d", body["prompt"])
         state.turns += 1
         return response
 
-    async def _remember_d(self, state: ConversationState, d_url: str, d_rid: str) -> None:
+    async def _remember_d(
+        self, state: ConversationState, d_url: str, d_rid: str, prompt: list[int]
+    ) -> None:
         params = await self._fetch_params(d_url, d_rid)
-        if params is None:
+        outputs = params.pop(OUTPUT_IDS_KEY, None) if params is not None else None
+        if params is None or outputs is None:  # without D's tokens nothing can be checked
             self.stats.missing_params += 1
-            state.d_params, state.d_tokens = None, 0
+            state.forget_d()
             return
         state.d_params = params
         state.d_params_at = time.monotonic()
-        state.d_tokens = int(params.get("remote_num_tokens") or 0)
+        state.held = held_tokens(prompt, outputs, int(params.get("remote_num_tokens") or 0))
 
     async def _fetch_params(self, d_url: str, d_rid: str) -> dict[str, Any] | None:
         """D's params of request ``d_rid`` from its plugin (``connector.kv_params_service``),
@@ -307,10 +328,11 @@ class Router:
         raw: bytes | None = None,
         headers: dict[str, str] | None = None,
         timing: TurnTiming | None = None,
+        api: str = COMPLETIONS,
     ):
-        """Forward to ``url`` and pass its answer through, streamed when the client streams.
-        A stream's headers go out with its first chunk, so that they can carry the router's
-        spans up to that chunk (``ROUTER_SPANS_HEADER``)."""
+        """Forward to ``url`` and pass its answer through (as chat for a chat request),
+        streamed when the client streams. A stream's headers go out with its first chunk,
+        so that they can carry the router's spans up to that chunk (``ROUTER_SPANS_HEADER``)."""
 
         headers = {PATH_HEADER: path, **(headers or {})}
         timing = timing or TurnTiming(time.perf_counter())
@@ -318,14 +340,17 @@ class Router:
         async with await self._send(url, body, rid, raw) as upstream:
             if upstream.status != 200 or not body.get("stream"):
                 payload = await upstream.read()
-                timing.d_first = time.perf_counter()
+                timing.d_first = timing.d_last = time.perf_counter()
                 headers[ROUTER_SPANS_HEADER] = format_spans(timing.spans_ms())
+                if api == CHAT and upstream.status == 200:
+                    payload = _dumps(openai_api.chat_response(_loads(payload), rid))
                 return web.Response(
                     body=payload,
                     status=upstream.status,
                     content_type="application/json",
                     headers=headers,
                 )
+            chat = ChatStream(rid, _loads, _dumps) if api == CHAT else None
             chunks = upstream.content.iter_any()
             first = await anext(chunks, b"")
             timing.d_first = time.perf_counter()
@@ -334,11 +359,39 @@ class Router:
                 status=200, headers={"Content-Type": "text/event-stream", **headers}
             )
             await response.prepare(request)
-            await response.write(first)
+            await response.write(chat.feed(first) if chat else first)
             async for chunk in chunks:
-                await response.write(chunk)
+                out = chat.feed(chunk) if chat else chunk
+                if out:
+                    await response.write(out)
+            timing.d_last = time.perf_counter()
             await response.write_eof()
             return response
+
+    async def _forward_get(self, request, path: str):
+        """A GET the serving instances answer alike (``/v1/models``), passed through."""
+        url = (self.config.agg_urls or self.config.decode_urls)[0]
+        async with self.session.get(f"{url}{path}") as resp:
+            payload = await resp.read()
+            return web.Response(body=payload, status=resp.status, content_type="application/json")
+
+    async def _forward_post(self, request, path: str):
+        """A POST the serving instances answer alike (``/tokenize``), passed through."""
+        url = (self.config.agg_urls or self.config.decode_urls)[0]
+        data = await request.read()
+        headers = {"Content-Type": "application/json"}
+        async with self.session.post(f"{url}{path}", data=data, headers=headers) as resp:
+            payload = await resp.read()
+            return web.Response(body=payload, status=resp.status, content_type="application/json")
+
+    async def handle_models(self, request):
+        return await self._forward_get(request, "/v1/models")
+
+    async def handle_tokenize(self, request):
+        return await self._forward_post(request, "/tokenize")
+
+    async def handle_detokenize(self, request):
+        return await self._forward_post(request, "/detokenize")
 
     async def handle_flow(self, request):
 
@@ -349,20 +402,22 @@ class Router:
         self.config.flow = flow
         self.tag = str(data.get("tag") or "x")
         self.conversations.clear()
-        self.stats = RouterStats()
+        self.policy.stats = RouterStats()
         return web.json_response({"flow": flow})
 
     async def handle_stats(self, request):
 
-        s = self.stats
+        s = self.policy.stats
         return web.json_response(
             {
                 "flow": self.config.flow,
                 "paths": s.paths,
                 "expired_leases": s.expired_leases,
+                "diverged": s.diverged,
                 "missing_params": s.missing_params,
                 "failed": s.failed,
                 "retries": s.retries,
+                "conversations": len(self.conversations),
             }
         )
 
@@ -380,15 +435,32 @@ class Router:
 
         async def on_cleanup(app):
             await self.session.close()
+            self.log.close()
 
         app = web.Application(client_max_size=64 * 1024**2)
         app.on_startup.append(on_startup)
         app.on_cleanup.append(on_cleanup)
         app.router.add_post("/v1/completions", self.handle_completions)
+        app.router.add_post("/v1/chat/completions", self.handle_chat)
+        app.router.add_get("/v1/models", self.handle_models)
+        app.router.add_post("/tokenize", self.handle_tokenize)
+        app.router.add_post("/detokenize", self.handle_detokenize)
         app.router.add_post("/pdbench/flow", self.handle_flow)
         app.router.add_get("/pdbench/stats", self.handle_stats)
         app.router.add_get("/health", self.handle_health)
         return app
+
+
+def _error(status: int, message: str, headers: dict[str, str] | None = None):
+    """An OpenAI-style error answer."""
+    return web.json_response({"error": {"message": message}}, status=status, headers=headers)
+
+
+def _cached_tokens(response: dict[str, Any]) -> int:
+    """``usage.prompt_tokens_details.cached_tokens`` of an answer (-1: absent)."""
+    details = (response.get("usage") or {}).get("prompt_tokens_details") or {}
+    cached = details.get("cached_tokens")
+    return int(cached) if cached is not None else -1
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -351,6 +351,8 @@ def _router_spec(
         # decode_urls[i]'s KV-params service (the plugin in that server's engine core)
         "kv_params_urls": [i.kv_params_url for i in instances if i.role == "decode"],
         "host": host,
+        # every request the router serves, one line each (jobs.serving.request_log)
+        "request_log": str(logs / "router_requests.jsonl"),
         **router_settings(dep.flow, timeout_s, port),
     }
     return RouterSpec(

@@ -13,7 +13,7 @@ import urllib.request
 import aiohttp
 import pytest
 
-from connector.kv_params_service import ParamsBoard, ParamsServer, parse_addr
+from connector.kv_params_service import OUTPUT_IDS_KEY, ParamsBoard, ParamsServer, parse_addr
 from jobs.serving.router import Router, RouterConfig
 from pdbench.config.schema import FlowConfig
 from pdbench.spec.launch import router_settings
@@ -115,3 +115,14 @@ def test_the_router_fetches_ds_params_from_ds_service(service):
 
     got, gone, down = asyncio.run(go())
     assert got == PARAMS and gone is None and down is None
+
+
+def test_ds_output_ids_travel_beside_its_params_and_the_params_stay_vllms():
+    """The router needs D's output ids to know which tokens D holds; vLLM's params dict
+    (what P is handed) is not changed on the board."""
+    board = ParamsBoard()
+    params = dict(PARAMS)
+    board.put(VLLM_ID, params, [11, 12, 13])
+    got = json.loads(board.take("pdb-pull-h0-t2-0123456789ab-d"))
+    assert got == {**PARAMS, OUTPUT_IDS_KEY: [11, 12, 13]}
+    assert params == PARAMS

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from jobs.serving.router import ConversationState
+from jobs.serving.sessions import ConversationState
 from pdbench.cli import compose_job
 from pdbench.config.tree import CONF_DIR, header_comment
 from pdbench.plan.kv_lease import shortest_pulling_ttl_s
@@ -45,13 +45,18 @@ def test_a_ttl_p_never_pulls_at_is_refused(preset, override, start):
 
 def test_the_shortest_ttl_accepted_is_the_first_the_router_pulls_at():
     shortest = shortest_pulling_ttl_s()
-    state = ConversationState(d_params={"remote_block_ids": [[1]]}, d_params_at=100.0)
-    state.d_tokens = 70
+    held = list(range(100, 170))  # the 70 tokens D holds; the next prompt extends them
+    state = ConversationState(
+        d_params={"remote_block_ids": [[1]]}, d_params_at=100.0, held=list(held)
+    )
+    prompt = held + list(range(1000, 1066))
     at_once = 100.0 + 1e-3  # the next turn, at once: the widest window there is
-    route = router(decoder_kv_blocks_ttl_s=shortest).choose_route("pull", state, 136, at_once)
-    assert route[0] == "pull"
-    route = router(decoder_kv_blocks_ttl_s=shortest - 1).choose_route("pull", state, 136, at_once)
-    assert route[0] == "recompute_expired"
+    route = router(decoder_kv_blocks_ttl_s=shortest).policy.choose("pull", state, prompt, at_once)
+    assert route.path == "pull"
+    route = router(decoder_kv_blocks_ttl_s=shortest - 1).policy.choose(
+        "pull", state, prompt, at_once
+    )
+    assert route.path == "recompute_expired"
     assert refusals("+experiment=smoke", f"flow.decoder_kv_blocks_ttl_s={shortest}") == []
     # no pulling flow measured: a short TTL is no premise of anything
     no_pull = "flow.flows=[agg,recompute]"

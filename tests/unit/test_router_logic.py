@@ -1,14 +1,8 @@
 import pytest
 
-from jobs.serving.router import (
-    P_FIRST_PARAMS,
-    ConversationState,
-    Router,
-    RouterConfig,
-    held_share,
-    pick,
-    prefill_body,
-)
+from jobs.serving.router import Router, RouterConfig
+from jobs.serving.routing import P_FIRST_PARAMS, held_share, pick, prefill_body
+from jobs.serving.sessions import ConversationState
 from pdbench.config.schema import FlowConfig, ServerConfig, WorkloadConfig
 from pdbench.spec.launch import router_settings
 
@@ -49,32 +43,78 @@ def test_prefill_body_asks_one_token_without_streaming():
     assert body["max_tokens"] == 16  # the client's body is not modified
 
 
+HELD = list(range(100, 170))  # the 70 tokens D holds after turn 1
+
+
+def prompt(n: int) -> list[int]:
+    """A next prompt of ``n`` tokens that extends exactly what D holds."""
+    return HELD + list(range(1000, 1000 + n - len(HELD)))
+
+
+def holding(**kw) -> ConversationState:
+    return ConversationState(d_params={"remote_block_ids": [[1]]}, held=list(HELD), **kw)
+
+
 def test_pull_uses_d_params_from_turn_two_and_falls_back_when_expired():
     r = router(decoder_kv_blocks_ttl_s=60)
-    state = ConversationState()
-    assert r.choose_route("pull", state, 64, now=0.0)[0] == "recompute"
-    state.d_params, state.d_params_at, state.d_tokens = {"remote_block_ids": [[1]]}, 100.0, 70
-    path, params, alone = r.choose_route("pull", state, 136, now=110.0)
-    assert path == "pull" and params == {"remote_block_ids": [[1]]} and not alone
+    assert r.policy.choose("pull", ConversationState(), prompt(64), now=0.0).path == "recompute"
+    state = holding(d_params_at=100.0)
+    route = r.policy.choose("pull", state, prompt(136), now=110.0)
+    assert route.path == "pull" and route.p_params == {"remote_block_ids": [[1]]}
+    assert not route.d_alone and route.offered == 70
     # vLLM's P declines a read within 5 s of D's expiry: 60 - 5 - 5 s is the last pull
-    assert r.choose_route("pull", state, 136, now=100.0 + 49.0)[0] == "pull"
-    path, params, _ = r.choose_route("pull", state, 136, now=100.0 + 51.0)
-    assert path == "recompute_expired" and params["do_remote_decode"] is True
+    assert r.policy.choose("pull", state, prompt(136), now=100.0 + 49.0).path == "pull"
+    route = r.policy.choose("pull", state, prompt(136), now=100.0 + 51.0)
+    assert route.path == "recompute_expired" and route.p_params["do_remote_decode"] is True
     assert r.stats.expired_leases == 1
     short = router(decoder_kv_blocks_ttl_s=5)  # no lease P would still read
-    assert short.choose_route("pull", state, 136, now=100.0)[0] == "recompute_expired"
+    assert short.policy.choose("pull", state, prompt(136), now=100.0).path == "recompute_expired"
 
 
 def test_recompute_never_hands_d_params_to_p():
     r = router()
-    state = ConversationState(d_params={"x": 1}, d_params_at=0.0, d_tokens=100)
-    assert r.choose_route("recompute", state, 120, now=1.0)[1] == dict(P_FIRST_PARAMS)
+    state = holding(d_params_at=0.0)
+    assert r.policy.choose("recompute", state, prompt(120), now=1.0).p_params == P_FIRST_PARAMS
 
 
 def test_decode_first_threshold():
     r = router(cache_hit_threshold=0.5, decode_first_fallback="pull")
-    state = ConversationState(d_params={"x": 1}, d_params_at=0.0, d_tokens=100)
-    assert held_share(state, 150) == pytest.approx(100 / 150)
-    assert r.choose_route("decode_first", state, 150, now=1.0) == ("decode_first", None, True)
-    assert r.choose_route("decode_first", state, 400, now=1.0)[0] == "pull"
-    assert r.choose_route("decode_first", ConversationState(), 10, now=1.0)[0] == "recompute"
+    state = holding(d_params_at=0.0)
+    assert held_share(state, 150) == pytest.approx(70 / 150)
+    route = r.policy.choose("decode_first", state, prompt(120), now=1.0)
+    assert (route.path, route.p_params, route.d_alone) == ("decode_first", None, True)
+    assert r.policy.choose("decode_first", state, prompt(400), now=1.0).path == "pull"
+    fresh = ConversationState()
+    assert r.policy.choose("decode_first", fresh, prompt(80), now=1.0).path == "recompute"
+
+
+@pytest.mark.parametrize(
+    "where, edit",
+    [
+        ("in D's prompt tokens", lambda p: [p[0], 7, *p[2:]]),  # an earlier message changed
+        ("in D's output tokens", lambda p: p[:60] + p[65:]),  # part of the reply dropped
+        ("at D's last token", lambda p: [*p[:69], 9, *p[70:]]),
+    ],
+)
+def test_the_router_refuses_to_pull_onto_a_prompt_that_diverges_inside_ds_tokens(where, edit):
+    """P would read D's KV for the first 70 tokens of a prompt whose tokens are no longer
+    the ones D computed (vLLM then answers wrong tokens): the router recomputes instead,
+    and counts it, in pull and in decode_first."""
+    r = router(decoder_kv_blocks_ttl_s=60, cache_hit_threshold=0.1)
+    edited = edit(prompt(136))
+    for flow in ("pull", "decode_first"):
+        route = r.policy.choose(flow, holding(d_params_at=0.0), edited, now=1.0)
+        assert route.path == "recompute_diverged", (where, flow)
+        assert route.p_params == P_FIRST_PARAMS and route.offered == 0
+        assert 0 <= route.diverged_at < 70
+    assert r.stats.diverged == 2 and r.stats.expired_leases == 0
+    # the same prompt unedited is pulled
+    assert r.policy.choose("pull", holding(d_params_at=0.0), prompt(136), now=1.0).path == "pull"
+
+
+def test_a_prompt_that_ends_within_ds_tokens_is_not_pulled():
+    r = router(decoder_kv_blocks_ttl_s=60)
+    route = r.policy.choose("pull", holding(d_params_at=0.0), HELD[:50], now=1.0)
+    assert route.path == "recompute_diverged" and route.diverged_at == 50
+    # exactly D's tokens and nothing new: P would have nothing left to compute
+    assert r.policy.choose("pull", holding(d_params_at=0.0), HELD, now=1.0).path != "pull"

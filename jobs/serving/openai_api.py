@@ -1,0 +1,194 @@
+"""The OpenAI API as clients speak it, onto the token-id completions the router sends P and D.
+
+Every request reaches P and D as a ``/v1/completions`` request whose prompt is token ids.
+A chat request's messages, or a completion's text prompt, are first turned into ids by the
+serving instance's own ``/tokenize`` (its chat template, its tokenizer), and D's streamed
+completion goes back to a chat client as chat chunks. Why not forward chat to vLLM's chat
+endpoint: the router checks that a prompt extends exactly the tokens D holds before it lets
+P pull them (``jobs.serving.sessions``); the ids it checks must be the ids P and D then
+compute, so the router tokenizes once and sends those ids. Forwarding the messages would
+have each server tokenize again, and the check would be about other ids than the ones run.
+
+Not translated (answered 400 with the reason): tools (tool-call parsing), chat logprobs
+(another format), ``n`` > 1 and beam search (one sequence per turn is what D holds),
+``echo``, and message parts other than text.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+# Chat fields that shape the prompt (they go to /tokenize) or have no completions meaning.
+TEMPLATE_KEYS = (
+    "add_generation_prompt",
+    "continue_final_message",
+    "chat_template",
+    "chat_template_kwargs",
+    "mm_processor_kwargs",
+    "media_io_kwargs",
+)
+CHAT_ONLY_KEYS = frozenset(
+    {
+        "messages",
+        "max_completion_tokens",
+        "tools",
+        "tool_choice",
+        "parallel_tool_calls",
+        "top_logprobs",
+        "documents",
+        "include_reasoning",
+        "reasoning_effort",
+        "return_prompt_text",
+        "conversation_id",  # vLLM's multi_turn client: the session, read by the router
+        *TEMPLATE_KEYS,
+    }
+)
+CHAT = "chat"
+COMPLETIONS = "completions"
+
+
+def unsupported(body: dict[str, Any], api: str) -> str | None:
+    """Why the router cannot serve this request (a 400's message), or None."""
+    if (body.get("n") or 1) != 1 or body.get("use_beam_search"):
+        return "n > 1 and beam search are not routed: a turn is one sequence (n=1)"
+    if body.get("echo"):
+        return "echo is not routed: send the prompt's text yourself"
+    if api == COMPLETIONS:
+        prompt = body.get("prompt")
+        if isinstance(prompt, str):
+            return None
+        if isinstance(prompt, list) and prompt and all(isinstance(t, int) for t in prompt):
+            return None
+        return "prompt: one text or one list of token ids (no batches, no embeddings)"
+    messages = body.get("messages")
+    if not isinstance(messages, list) or not messages:
+        return "messages: a non-empty list of chat messages"
+    if body.get("tools") and body.get("tool_choice") != "none":
+        return "tools: the router relays text; tool calls are not parsed (tool_choice='none')"
+    if body.get("logprobs") or body.get("top_logprobs"):
+        return "logprobs are not translated to the chat format; use /v1/completions"
+    for m in messages:
+        content = m.get("content") if isinstance(m, dict) else None
+        if isinstance(content, list) and any(
+            not isinstance(part, dict) or part.get("type") != "text" for part in content
+        ):
+            return "message content parts other than text are not routed"
+    return None
+
+
+def needs_tokens(body: dict[str, Any], api: str) -> bool:
+    """Whether the prompt must be tokenized first (chat, or a text completion)."""
+    return api == CHAT or isinstance(body.get("prompt"), str)
+
+
+def tokenize_request(body: dict[str, Any], api: str) -> dict[str, Any]:
+    """The ``/tokenize`` body that gives this request's prompt ids as its server would."""
+    if api == COMPLETIONS:
+        return {
+            "model": body.get("model"),
+            "prompt": body["prompt"],
+            "add_special_tokens": body.get("add_special_tokens", True),
+        }
+    out = {"model": body.get("model"), "messages": body["messages"]}
+    for key in (*TEMPLATE_KEYS, "add_special_tokens"):
+        if key in body:
+            out[key] = body[key]
+    if body.get("tools"):
+        out["tools"] = body["tools"]
+    return out
+
+
+def completion_request(body: dict[str, Any], api: str, prompt: list[int]) -> dict[str, Any]:
+    """The token-id completion P and D run for this request."""
+    out = {k: v for k, v in body.items() if k not in CHAT_ONLY_KEYS}
+    out["prompt"] = prompt
+    out.pop("add_special_tokens", None)  # ids are final
+    if api == CHAT:
+        # chat's default: as many tokens as the context leaves (completions' default is 16)
+        out["max_tokens"] = body.get("max_completion_tokens", body.get("max_tokens"))
+    return out
+
+
+def chat_choice(choice: dict[str, Any], first: bool) -> dict[str, Any]:
+    """One completion stream choice as a chat stream choice (the role on the first)."""
+    delta: dict[str, Any] = {"content": choice.get("text") or ""}
+    if first:
+        delta = {"role": "assistant", **delta}
+    out = {
+        "index": choice.get("index", 0),
+        "delta": delta,
+        "logprobs": None,
+        "finish_reason": choice.get("finish_reason"),
+    }
+    if choice.get("stop_reason") is not None:
+        out["stop_reason"] = choice["stop_reason"]
+    if choice.get("token_ids") is not None:
+        out["token_ids"] = choice["token_ids"]
+    return out
+
+
+class ChatStream:
+    """D's completion stream (SSE bytes as they arrive) as a chat stream. Events are
+    translated whole; a partial event waits for the rest of it. The role goes with the first
+    content, so a client times its first token at D's first token."""
+
+    def __init__(self, request_id: str, loads, dumps):
+        self.id = f"chatcmpl-{request_id}"
+        self.created = int(time.time())
+        self.loads, self.dumps = loads, dumps
+        self.buffer = b""
+        self.first = True
+
+    def feed(self, data: bytes) -> bytes:
+        """The chat events for what ``data`` completes (b"" when it completes none)."""
+        self.buffer += data
+        *events, self.buffer = self.buffer.split(b"\n\n")
+        return b"".join(self._event(e) for e in events)
+
+    def _event(self, event: bytes) -> bytes:
+        line = event.strip()
+        if not line.startswith(b"data:"):
+            return b""
+        payload = line[5:].strip()
+        if payload == b"[DONE]":
+            return b"data: [DONE]\n\n"
+        data = self.loads(payload)
+        if "error" in data or "choices" not in data:
+            return b"data: " + payload + b"\n\n"
+        chunk: dict[str, Any] = {
+            "id": self.id,
+            "object": "chat.completion.chunk",
+            "created": self.created,
+            "model": data.get("model"),
+            "choices": [chat_choice(c, self.first) for c in data.get("choices") or []],
+        }
+        if chunk["choices"]:
+            self.first = False
+        if "usage" in data:
+            chunk["usage"] = data["usage"]
+        return b"data: " + self.dumps(chunk) + b"\n\n"
+
+
+def chat_response(completion: dict[str, Any], request_id: str) -> dict[str, Any]:
+    """A non-streamed completion answer as a chat completion."""
+    choices = []
+    for c in completion.get("choices") or []:
+        choice = {
+            "index": c.get("index", 0),
+            "message": {"role": "assistant", "content": c.get("text") or ""},
+            "logprobs": None,
+            "finish_reason": c.get("finish_reason"),
+            "stop_reason": c.get("stop_reason"),
+        }
+        if c.get("token_ids") is not None:
+            choice["token_ids"] = c["token_ids"]
+        choices.append(choice)
+    return {
+        "id": f"chatcmpl-{request_id}",
+        "object": "chat.completion",
+        "created": completion.get("created", int(time.time())),
+        "model": completion.get("model"),
+        "choices": choices,
+        "usage": completion.get("usage"),
+    }

@@ -1,0 +1,66 @@
+"""Conversations as the router keeps them: who a request belongs to, what D holds, and
+when a prompt extends it exactly."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from jobs.serving.router_headers import CONVERSATION_HEADER
+from jobs.serving.sessions import (
+    PRUNE_EVERY,
+    SESSION_HEADER,
+    Conversations,
+    diverges_at,
+    held_tokens,
+    session_of,
+)
+
+pytestmark = pytest.mark.unit
+
+
+def test_a_conversation_is_named_by_a_header_or_the_multi_turn_clients_body_field():
+    assert session_of({SESSION_HEADER: "c7"}, {}) == "c7"
+    assert session_of({CONVERSATION_HEADER: "p:1", SESSION_HEADER: "c7"}, {}) == "p:1"
+    assert session_of({}, {"conversation_id": 12}) == "12"
+    assert session_of({}, {"messages": []}) == ""  # it stands alone
+
+
+def test_d_holds_its_prompt_and_output_as_far_as_vllms_count():
+    # vLLM counts the tokens D computed: the last output token has no KV yet
+    assert held_tokens([1, 2, 3], [7, 8, 9], 5) == [1, 2, 3, 7, 8]
+    assert held_tokens([1, 2, 3], [7, 8, 9], 2) == [1, 2]
+    assert held_tokens([1, 2, 3], [], 0) == []
+
+
+def test_divergence_is_where_the_prompt_parts_from_ds_tokens():
+    held = [1, 2, 3, 4]
+    assert diverges_at([1, 2, 3, 4, 5], held) is None
+    assert diverges_at([1, 2, 9, 4, 5], held) == 2
+    assert diverges_at([1, 2, 3], held) == 3  # ends within D's tokens
+    assert diverges_at([1, 2, 3, 4], held) == 4  # nothing left for P to compute
+    assert diverges_at([5], []) is None
+
+
+def test_requests_that_name_no_conversation_keep_no_state():
+    table = Conversations(idle_s=10.0)
+    alone = table.get("", now=0.0)
+    alone.turns = 3
+    assert len(table) == 0 and table.get("", now=0.0).turns == 0
+    table.get("a", now=0.0).turns = 2
+    assert table.get("a", now=1.0).turns == 2 and len(table) == 1
+
+
+def test_idle_conversations_are_forgotten_but_not_one_in_flight():
+    table = Conversations(idle_s=10.0)
+    table.get("idle", now=0.0)
+    table.get("busy", now=0.0).settled = asyncio.Event()
+    table.get("recent", now=5.0)
+    assert table.prune(now=12.0) == 1
+    assert len(table) == 2
+    # the sweep runs by itself every PRUNE_EVERY requests
+    table.get("busy", now=0.0).settled = None
+    for _ in range(PRUNE_EVERY):
+        table.get("", now=100.0)
+    assert len(table) == 0
