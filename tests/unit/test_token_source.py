@@ -21,7 +21,7 @@ from benchmarks.token_source import (
     token_text,
     usage_chunk,
 )
-from jobs.workload import _handle_event
+from jobs.request_stream import _handle_event
 from pdbench.results.store import RequestRecord
 
 pytestmark = pytest.mark.unit

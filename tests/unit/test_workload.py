@@ -3,16 +3,15 @@ import statistics
 
 import pytest
 
-from jobs.workload import (
-    FIRST_ID,
+from jobs.request_stream import (
     ChunkClock,
     RequestOptions,
     _handle_event,
-    build_conversations,
     completion_body,
     describe_failure,
     tpot_ms,
 )
+from jobs.workload import FIRST_ID, build_conversations
 from pdbench.config.schema import WorkloadConfig, WorkloadKind
 from pdbench.plan.lengths import draw_length, max_length
 from pdbench.results.store import RequestRecord
