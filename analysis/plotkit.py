@@ -12,7 +12,13 @@ FLOW_COLORS = {
     "pull": "tab:blue",
     "decode_first": "tab:green",
 }
-ROUTE_COLORS = {"decode_first": "tab:green", "pull": "tab:blue", "recompute": "tab:red"}
+ROUTE_COLORS = {
+    "decode_first": "tab:green",
+    "pull": "tab:blue",
+    "recompute": "tab:red",
+    "recompute_diverged": "tab:orange",
+    "recompute_expired": "tab:purple",
+}
 FLAG_EDGE = "tab:red"
 DPI = 110
 CI_NOTE = "bars and bands: 95% confidence intervals over the repetitions"

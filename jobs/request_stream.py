@@ -34,6 +34,7 @@ class RequestOptions:
     flow: str
     salt: str  # cache_salt: isolates one Point's prefix-cache entries from another's
     timeout_s: float = 120.0
+    api: str = "completions"  # completions (token ids) | chat (messages as text)
 
 
 def completion_body(
@@ -55,6 +56,26 @@ def completion_body(
     }
 
 
+def chat_body(
+    opts: RequestOptions, messages: list[dict[str, str]], output_tokens: int | None = None
+) -> dict:
+    """The same greedy streaming request as ``completion_body``, as a chat client sends it
+    (``return_token_ids``: vLLM's extension, kept by the router, gives the output's ids)."""
+    n = opts.output_tokens if output_tokens is None else output_tokens
+    return {
+        "model": opts.model,
+        "messages": messages,
+        "max_completion_tokens": n,
+        "min_tokens": n,
+        "temperature": 0.0,
+        "ignore_eos": True,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+        "return_token_ids": True,
+        "cache_salt": opts.salt,
+    }
+
+
 async def stream_one(
     session,
     opts: RequestOptions,
@@ -64,8 +85,13 @@ async def stream_one(
     history: int,
     t0: float,
     output_tokens: int | None = None,
+    messages: list[dict[str, str]] | None = None,
+    texts: list[str] | None = None,
 ) -> RequestRecord:
-    """Send one streaming completion; time each chunk of tokens on arrival (``ChunkClock``)."""
+    """Send one streaming completion (a chat completion of ``messages`` when given: then
+    ``prompt`` holds only what is known of its ids, the server's count replaces its length,
+    and ``texts`` collects the answer's text); time each chunk of tokens on arrival
+    (``ChunkClock``)."""
     record = RequestRecord(
         conversation=conv,
         turn=turn,
@@ -83,10 +109,18 @@ async def stream_one(
         TURN_HEADER: str(turn),
         "Content-Type": "application/json",
     }
-    data = _encode(completion_body(opts, prompt, output_tokens))
-    clock = ChunkClock(record, time.perf_counter())
+    if messages is None:
+        url, data = (
+            f"{opts.url}/v1/completions",
+            _encode(completion_body(opts, prompt, output_tokens)),
+        )
+    else:
+        url = f"{opts.url}/v1/chat/completions"
+        data = _encode(chat_body(opts, messages, output_tokens))
+        texts = texts if texts is not None else []
+    clock = ChunkClock(record, time.perf_counter(), texts)
     try:
-        async with session.post(f"{opts.url}/v1/completions", data=data, headers=headers) as resp:
+        async with session.post(url, data=data, headers=headers) as resp:
             record.path = resp.headers.get(PATH_HEADER, "")
             record.prefill_ms = float(resp.headers.get(PREFILL_MS_HEADER, -1.0))
             record.request_id = resp.headers.get(REQUEST_ID_HEADER, "")
@@ -119,11 +153,12 @@ class ChunkClock:
     TPOT: ``tpot_ms``.
     """
 
-    def __init__(self, record: RequestRecord, start: float):
+    def __init__(self, record: RequestRecord, start: float, texts: list[str] | None = None):
         self.record = record
         self.start = start
         self.last = start
         self.buffer = b""
+        self.texts = texts  # a chat answer's text pieces (None: not collected)
 
     def feed(self, data: bytes, now: float) -> None:
         """Parse what one read brought at ``now`` (perf_counter seconds)."""
@@ -132,7 +167,7 @@ class ChunkClock:
         tokens = 0
         try:
             for event in events:
-                tokens += _handle_event(event, self.record)
+                tokens += _handle_event(event, self.record, self.texts)
         finally:  # a server error after some tokens still times the tokens before it
             if tokens:
                 self._chunk(tokens, now)
@@ -170,8 +205,10 @@ def describe_failure(exc: BaseException, timeout_s: float) -> str:
     return f"{type(exc).__name__}: {exc}"
 
 
-def _handle_event(event: bytes, record: RequestRecord) -> int:
-    """Parse one SSE event into the record; returns how many tokens it carried."""
+def _handle_event(event: bytes, record: RequestRecord, texts: list[str] | None = None) -> int:
+    """Parse one SSE event into the record; returns how many tokens it carried. With
+    ``texts`` (a chat answer) the text pieces go there and the server's prompt count into
+    the record."""
     line = event.strip()
     if not line.startswith(b"data:"):
         return 0
@@ -191,11 +228,15 @@ def _handle_event(event: bytes, record: RequestRecord) -> int:
             details = event.usage.prompt_tokens_details if event.usage else None
             if details is not None and details.cached_tokens is not None:
                 record.cached_tokens = details.cached_tokens
+            if texts is not None and event.usage and event.usage.prompt_tokens is not None:
+                record.prompt_tokens = event.usage.prompt_tokens
             n = 0
             for choice in event.choices or ():
                 if choice.token_ids:
                     record.output_token_ids.extend(choice.token_ids)
                     n += len(choice.token_ids)
+                if texts is not None and choice.delta is not None and choice.delta.content:
+                    texts.append(choice.delta.content)
             return n
     data = json.loads(payload)
     if "error" in data:
@@ -205,11 +246,16 @@ def _handle_event(event: bytes, record: RequestRecord) -> int:
         details = usage.get("prompt_tokens_details") or {}
         if details.get("cached_tokens") is not None:
             record.cached_tokens = int(details["cached_tokens"])
+        if texts is not None and usage.get("prompt_tokens") is not None:
+            record.prompt_tokens = int(usage["prompt_tokens"])
     n = 0
     for choice in data.get("choices") or []:
         ids = choice.get("token_ids") or []
         record.output_token_ids.extend(ids)
         n += len(ids)
+        content = (choice.get("delta") or {}).get("content")
+        if texts is not None and content:
+            texts.append(content)
     return n
 
 
@@ -229,8 +275,14 @@ def _fast_decoder() -> tuple[Any, Any] | None:
         return msgspec.defstruct(name, fields, gc=False)
 
     details = struct("Details", [("cached_tokens", int | None, None)])
-    usage = struct("Usage", [("prompt_tokens_details", details | None, None)])
-    choice = struct("Choice", [("token_ids", list[int] | None, None)])
+    usage = struct(
+        "Usage",
+        [("prompt_tokens_details", details | None, None), ("prompt_tokens", int | None, None)],
+    )
+    delta = struct("Delta", [("content", str | None, None)])  # chat answers only
+    choice = struct(
+        "Choice", [("token_ids", list[int] | None, None), ("delta", delta | None, None)]
+    )
     event = struct(
         "Event",
         [

@@ -2,8 +2,11 @@
 
 Prompts are token ids, so lengths are exact and turn k's prompt is turn k-1's prompt plus
 its output plus the new user message: the KV a server kept from the last turn is a true
-prefix of the next. Turns advance in waves (every conversation's turn t, then t+1), so the
-server counters scraped between waves attribute prompt tokens to a turn exactly.
+prefix of the next, unless the workload edits the history first as chat clients do
+(``jobs.history``). With ``workload.api=chat`` the same conversations go as chat messages
+(their text from the server's ``/detokenize``; each reply as the server streamed it), and
+the router tokenizes them. Turns advance in waves (every conversation's turn t, then t+1),
+so the server counters scraped between waves attribute prompt tokens to a turn exactly.
 Within a wave, ``concurrency`` bounds requests in flight and ``request_rate`` (if > 0)
 spaces their starts (Poisson arrivals).
 """
@@ -14,12 +17,13 @@ import asyncio
 import random
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TypeVar
 
+from jobs.history import ASSISTANT, SYSTEM, USER, Message, apply_edit, edit_for, prompt_ids
 from jobs.request_stream import RequestOptions, stream_one
 from pdbench.config.schema import WorkloadConfig, WorkloadKind
-from pdbench.plan.lengths import draw_length
+from pdbench.plan.lengths import draw_history, draw_length
 from pdbench.results.store import RequestRecord
 
 T = TypeVar("T")
@@ -30,9 +34,14 @@ FIRST_ID = 3  # ids below are special tokens of the tiny tokenizer (unk, bos, eo
 @dataclass
 class ConversationSpec:
     conversation: int
-    prefix: list[int]  # shared history before turn 1 (``history_tokens`` long)
+    prefix: list[int]  # history before turn 1 (the common prefix, then its own)
     user_turns: list[list[int]]  # one user message per turn
     output_lens: list[int] | None = None  # tokens to generate per turn; None: the options'
+    edits: dict[int, str] = field(default_factory=dict)  # turn -> history edit before it
+    seed: int = 0  # the workload's: where an edit falls (``jobs.history.apply_edit``)
+    # chat: the text of the prefix and of each user message (``LoadGenerator.prepare``)
+    prefix_text: str | None = None
+    user_texts: list[str] | None = None
 
 
 def build_conversations(
@@ -41,10 +50,13 @@ def build_conversations(
     """Deterministic token-id conversations of ``workload`` with ``history_tokens`` of prefix.
 
     ``multi_turn`` and ``agentic``: each conversation has its own prefix of
-    ``history_tokens``; ``long_doc``: all share one prefix (the document), so their first
-    turns differ only after it. User message and output lengths are drawn around
-    ``user_tokens`` and ``output_tokens`` (``draw_length``; jitter 0: fixed), from ``seed``;
-    ``output_tokens`` 0 leaves the length to the request options.
+    ``history_tokens`` (or a lognormal length of that mean: ``history_median_ratio``);
+    ``long_doc``: all share one prefix (the document), so their first turns differ only
+    after it. Every prefix starts with the same ``common_prefix_tokens``. User message and
+    output lengths are drawn around ``user_tokens`` and ``output_tokens`` (``draw_length``;
+    jitter 0: fixed), turn counts in [``turns``, ``turns_max``], all from ``seed``;
+    ``output_tokens`` 0 leaves the length to the request options. Which turns' histories
+    are edited first is drawn here too (``jobs.history.edit_for``).
     """
     wl = workload
     seed, distribution = wl.seed, wl.length_distribution
@@ -56,21 +68,42 @@ def build_conversations(
         return [rng.randint(FIRST_ID, top) for _ in range(n)]
 
     document = tokens(history_tokens) if wl.kind is WorkloadKind.long_doc else None
+    common = tokens(wl.common_prefix_tokens)
     specs = []
     for c in range(wl.conversations):
-        prefix = list(document) if document is not None else tokens(history_tokens)
+        turns = lengths.randint(wl.turns, wl.turns_max) if wl.turns_max > wl.turns else wl.turns
+        if document is not None:
+            own = list(document)
+        else:
+            own = tokens(
+                draw_history(
+                    lengths, history_tokens, wl.history_median_ratio, wl.history_tokens_max
+                )
+            )
         user = [
             tokens(draw_length(lengths, wl.user_tokens, wl.user_tokens_jitter, distribution))
-            for _ in range(wl.turns)
+            for _ in range(turns)
         ]
         outputs = None
         if wl.output_tokens > 0:
             outputs = [
                 draw_length(lengths, wl.output_tokens, wl.output_tokens_jitter, distribution)
-                for _ in range(wl.turns)
+                for _ in range(turns)
             ]
+        edits = {
+            t: e
+            for t in range(2, turns + 1)
+            if (e := edit_for(wl.history_edit, wl.history_edit_share, seed, c, t))
+        }
         specs.append(
-            ConversationSpec(conversation=c, prefix=prefix, user_turns=user, output_lens=outputs)
+            ConversationSpec(
+                conversation=c,
+                prefix=common + own,
+                user_turns=user,
+                output_lens=outputs,
+                edits=edits,
+                seed=seed,
+            )
         )
     return specs
 
@@ -96,6 +129,38 @@ class LoadGenerator:
         self.request_rate = request_rate
         self.rng = random.Random(seed)
 
+    @property
+    def chat(self) -> bool:
+        return self.opts.api == "chat"
+
+    async def prepare(self, specs: list[ConversationSpec]) -> None:
+        """Chat: the text of every prefix and user message, from the server's own
+        ``/detokenize`` (before the load starts; a no-op for completions or when done)."""
+        todo = [s for s in specs if s.user_texts is None]
+        if not self.chat or not todo:
+            return
+        import aiohttp  # lazy: only when requests are sent
+
+        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=60)) as session:
+
+            async def text(ids: list[int]) -> str:
+                body = {"model": self.opts.model, "tokens": ids}
+                async with session.post(f"{self.opts.url}/detokenize", json=body) as resp:
+                    if resp.status != 200:
+                        raise RuntimeError(
+                            f"/detokenize answered {resp.status}: {await resp.text()}"
+                        )
+                    return (await resp.json())["prompt"]
+
+            for s in todo:
+                s.prefix_text = await text(s.prefix) if s.prefix else ""
+                s.user_texts = list(await asyncio.gather(*(text(u) for u in s.user_turns)))
+
+    def first_history(self, spec: ConversationSpec) -> list[Message]:
+        if not spec.prefix:
+            return []
+        return [Message(SYSTEM, list(spec.prefix), spec.prefix_text)]
+
     async def run(
         self,
         specs: list[ConversationSpec],
@@ -104,10 +169,11 @@ class LoadGenerator:
     ) -> list[RequestRecord]:
         import aiohttp  # lazy: ~0.4 s, only when requests are sent (the driver imports jobs/)
 
+        await self.prepare(specs)
         timeout = aiohttp.ClientTimeout(total=self.opts.timeout_s)
         connector = aiohttp.TCPConnector(limit=0)
         records: list[RequestRecord] = []
-        histories = {s.conversation: list(s.prefix) for s in specs}
+        histories = {s.conversation: self.first_history(s) for s in specs}
         alive = {s.conversation for s in specs}
         t0 = time.perf_counter()
         turns = max(len(s.user_turns) for s in specs)
@@ -121,40 +187,54 @@ class LoadGenerator:
                 ):
                     await asyncio.sleep(delay)
                     async with gate:
-                        history = histories[spec.conversation]
-                        prompt = history + spec.user_turns[turn - 1]
-                        n_out = spec.output_lens[turn - 1] if spec.output_lens else None
-                        rec = await stream_one(
-                            session,
-                            self.opts,
-                            spec.conversation,
-                            turn,
-                            prompt,
-                            len(history),
-                            t0,
-                            n_out,
-                        )
+                        rec = await self._turn(session, spec, turn, histories, t0)
                     wave.append(rec)
-                    if rec.status == "ok":
-                        histories[spec.conversation] = prompt + rec.output_token_ids
-                    else:
+                    if rec.status != "ok":
                         alive.discard(spec.conversation)  # its history is unknown from here
                     if progress:
                         progress(1)
 
-                delays = self._arrival_delays(len(specs))
-                await asyncio.gather(
-                    *(
-                        one(s, d)
-                        for s, d in zip(specs, delays, strict=True)
-                        if s.conversation in alive
-                    )
-                )
+                going = [s for s in specs if s.conversation in alive and turn <= len(s.user_turns)]
+                delays = self._arrival_delays(len(going))
+                await asyncio.gather(*(one(s, d) for s, d in zip(going, delays, strict=True)))
                 wave.sort(key=lambda r: r.conversation)
                 records.extend(wave)
                 if on_wave_done:
                     await on_wave_done(turn, wave)
         return records
+
+    async def _turn(self, session, spec: ConversationSpec, turn: int, histories, t0: float):
+        """One turn of one conversation: its history edited first where the workload says
+        so, the request, and the reply kept for the next turn."""
+        history: list[Message] = histories[spec.conversation]
+        edit = spec.edits.get(turn, "")
+        if edit and not apply_edit(history, edit, spec.seed):
+            edit = ""
+        user_ids = spec.user_turns[turn - 1]
+        text = spec.user_texts[turn - 1] if spec.user_texts is not None else None
+        messages = [*history, Message(USER, user_ids, text)]
+        prompt = prompt_ids(messages)
+        n_out = spec.output_lens[turn - 1] if spec.output_lens else None
+        texts: list[str] = []
+        rec = await stream_one(
+            session,
+            self.opts,
+            spec.conversation,
+            turn,
+            prompt,
+            len(prompt) - len(user_ids),
+            t0,
+            n_out,
+            messages=[m.chat() for m in messages] if self.chat else None,
+            texts=texts if self.chat else None,
+        )
+        rec.history_edit = edit
+        if self.chat:  # the server's count of the prompt (template included)
+            rec.history_tokens = max(0, rec.prompt_tokens - len(user_ids))
+        if rec.status == "ok":
+            reply = Message(ASSISTANT, rec.output_token_ids, "".join(texts) if self.chat else None)
+            histories[spec.conversation] = [*messages, reply]
+        return rec
 
     def _arrival_delays(self, n: int) -> list[float]:
         if self.request_rate <= 0:

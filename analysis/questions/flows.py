@@ -5,7 +5,9 @@ swept lengths, each repetition weighing the same) with its 95% interval, and the
 flow's paired difference with every other flow (same conversations, same turns) with its
 interval. The fastest flow is *decided* only when every one of those intervals excludes
 0; otherwise the answer names the flows it cannot tell apart. For ``decode_first`` the
-routes its turns >= 2 took are counted (``by_turn[].paths``).
+routes its turns >= 2 took are counted (``by_turn[].paths``), and for ``pull`` and
+``decode_first`` the turns the router recomputed because the prompt no longer began with
+D's tokens (``recompute_diverged``: the client edited the history).
 
 Asked where a deployment ran three or more flows, or two or more flows on two or more
 kinds: a two-flow pull-vs-recompute sweep is the crossover's question.
@@ -29,6 +31,7 @@ from analysis.question import PlotSpec, Question
 from analysis.stats import Verdict
 
 BASELINES = ("agg", "recompute")
+DIVERGED = "recompute_diverged"  # the router's route when the prompt left D's tokens
 
 
 @dataclass
@@ -42,6 +45,8 @@ class FlowsAnswer:
     versus: dict[str, Verdict]  # other flow -> other - best (ms)
     flagged: dict[str, bool] = field(default_factory=dict)
     routes: dict[str, int] = field(default_factory=dict)  # decode_first, turns >= 2
+    # flow -> (turns >= 2 recomputed because the history was edited, turns >= 2)
+    diverged: dict[str, tuple[int, int]] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
 
     @property
@@ -82,6 +87,11 @@ class FlowsAnswer:
         ]
         if self.routes:
             tail.append(f"decode_first routes ({LATER}): {self.route_shares()}")
+        for flow, (n, total) in self.diverged.items():
+            tail.append(
+                f"{flow}: {n} of {total} turns ({LATER}) recomputed, not pulled: the prompt no "
+                "longer began with the tokens D held (history edited; recompute_diverged)"
+            )
         tail += self.notes
         return [head + "".join(f"\n  {t}" for t in tail)]
 
@@ -118,6 +128,7 @@ class FlowsAnswer:
             "levels": {f: v.to_dict() for f, v in self.levels.items()},
             "versus_fastest": {f: v.to_dict() for f, v in self.versus.items()},
             "decode_first_routes": self.routes,
+            "recompute_diverged": {f: {"turns": n, "of": t} for f, (n, t) in self.diverged.items()},
             "text": self.lines()[0],
         }
 
@@ -188,6 +199,11 @@ def _answer(data: RunData, dep_id: str, kind: str, pts: pd.DataFrame, rows) -> F
     missing = [f for f in plotkit.ordered(pts["flow"]) if f not in flows]
     notes = [f"no ok requests of {LATER} for {', '.join(missing)}"] if missing else []
     df_ids = pts[pts["flow"] == "decode_first"]["point_id"]
+    diverged = {}
+    for flow in ("pull", "decode_first"):
+        taken = routes(data, pts[pts["flow"] == flow]["point_id"])
+        if taken.get(DIVERGED):
+            diverged[flow] = (taken[DIVERGED], sum(taken.values()))
     return FlowsAnswer(
         deployment_id=dep_id,
         label=deployment_label(dep_id, data.points),
@@ -198,6 +214,7 @@ def _answer(data: RunData, dep_id: str, kind: str, pts: pd.DataFrame, rows) -> F
         versus=versus,
         flagged=flagged,
         routes=routes(data, df_ids) if len(df_ids) else {},
+        diverged=diverged,
         notes=notes,
     )
 

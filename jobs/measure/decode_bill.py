@@ -24,7 +24,8 @@ from jobs.measure import metrics
 from jobs.measure.kv_sampler import EXPIRED
 from pdbench.results.store import DecodeBill, RequestRecord
 
-D_PATHS = ("pull", "recompute", "recompute_expired")  # turns P prefilled and D decoded
+# turns P prefilled and D decoded
+D_PATHS = ("pull", "recompute", "recompute_expired", "recompute_diverged")
 
 
 def above_baseline_block_s(samples: list[list[float]], blocks: int, t_from: float = 0.0) -> float:

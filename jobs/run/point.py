@@ -161,8 +161,10 @@ async def drive(serving: Serving, point: Point, label: str):
         flow=point.flow.value,
         salt=point.point_id,
         timeout_s=wl.request_timeout_s,
+        api=wl.api.value,
     )
     gen = LoadGenerator(opts, wl.concurrency, wl.request_rate, wl.seed)
+    await gen.prepare(specs)  # chat: the messages' text, before the load's clock starts
     per_turn: list = []
     totals: dict[str, dict[str, float]] = {}
     waves: dict[int, ttft_split.WaveTiming] = {}  # the split's per-wave stand-in

@@ -48,6 +48,22 @@ class WorkloadKind(Enum):
     agentic = "agentic"  # tool-call loops: many turns, short outputs, a growing prefix
 
 
+class ClientApi(Enum):
+    """The API the load generator speaks to the router (jobs/workload.py)."""
+
+    completions = "completions"  # token-id prompts: lengths exact, no tokenizer in the loop
+    chat = "chat"  # messages as text, as chat clients send them; the router tokenizes
+
+
+class HistoryEdit(Enum):
+    """How the client edits a conversation's history before a turn, as chat clients do."""
+
+    none = "none"
+    strip_reply = "strip_reply"  # the previous reply's first half dropped (reasoning stripped)
+    change_message = "change_message"  # two tokens of an earlier message swapped (edited)
+    mixed = "mixed"  # either, drawn per edited turn
+
+
 class Command(Enum):
     """What ``python -m pdbench`` does (``python -m pdbench VERB`` or ``command=VERB``).
 
@@ -255,6 +271,8 @@ class WorkloadConfig:
     kind: WorkloadKind = WorkloadKind.multi_turn
     conversations: int = 4
     turns: int = 4
+    # > turns: each conversation has a number of turns drawn uniformly in [turns, turns_max]
+    turns_max: int = 0
     user_tokens: int = 64
     output_tokens: int = 16
     user_tokens_jitter: float = 0.0  # user message lengths spread around U (0: all U), seeded
@@ -263,6 +281,17 @@ class WorkloadConfig:
     # same mean, a long tail clipped at mean * (1 + 3 * jitter)).
     length_distribution: LengthDistribution = LengthDistribution.uniform
     history_tokens: list[int] = field(default_factory=lambda: [0])  # sweep axis: prefix
+    # Below 1: each conversation's prefix length is lognormal with mean history_tokens and
+    # median history_median_ratio x mean (vLLM benchmarks/multi_turn's parameters), at most
+    # history_tokens_max (0: 3 x the mean); 1: every prefix is history_tokens long.
+    history_median_ratio: float = 1.0
+    history_tokens_max: int = 0
+    common_prefix_tokens: int = 0  # tokens every conversation starts with (a system prompt)
+    api: ClientApi = ClientApi.completions
+    # Edits of the history before a turn (>= 2), on history_edit_share of the turns (seeded:
+    # the same turns in every flow); the router must then recompute, never pull.
+    history_edit: HistoryEdit = HistoryEdit.none
+    history_edit_share: float = 0.5
     # Further Point axes (servers stay up): the working set and the load. []: just
     # ``conversations`` / ``concurrency``.
     conversation_counts: list[int] = field(default_factory=list)

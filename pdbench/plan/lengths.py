@@ -33,3 +33,29 @@ def draw_length(
     else:
         value = rng.uniform(mean * (1 - jitter), mean * (1 + jitter))
     return min(max(1, round(value)), max_length(mean, jitter, distribution))
+
+
+def history_cap(mean: int, median_ratio: float, cap: int) -> int:
+    """The longest prefix ``draw_history`` returns."""
+    if median_ratio >= 1 or mean <= 0:
+        return mean
+    return cap if cap > 0 else 3 * mean
+
+
+def draw_history(rng: random.Random, mean: int, median_ratio: float, cap: int) -> int:
+    """One conversation's prefix length: ``mean`` when ``median_ratio`` >= 1, else lognormal
+    with that mean and median ``median_ratio`` x mean (mu = ln(median), sigma^2 =
+    2 ln(mean / median): the parameters vLLM's benchmarks/multi_turn generator takes),
+    clipped to [1, ``history_cap``]."""
+    if median_ratio >= 1 or mean <= 0:
+        return mean
+    sigma = math.sqrt(2 * math.log(1 / median_ratio))
+    value = rng.lognormvariate(math.log(median_ratio * mean), sigma)
+    return min(max(1, round(value)), history_cap(mean, median_ratio, cap))
+
+
+def longest_conversation(
+    history: int, common: int, turns: int, user_max: int, output_max: int
+) -> int:
+    """Tokens of a conversation's last prompt and answer at the longest draws."""
+    return common + history + turns * (user_max + output_max)

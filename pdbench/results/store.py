@@ -100,6 +100,9 @@ class RequestRecord:
     chunk_tokens: list[int] = field(default_factory=list)
     # (e2e_ms - ttft_ms) / (tokens - 1), 0 with one token or none: vllm bench serve's TPOT.
     tpot_ms: float = 0.0
+    # How the client edited the history before this turn (jobs.history): "" none,
+    # strip_reply, change_message; such a turn must be recomputed, never pulled.
+    history_edit: str = ""
 
 
 @dataclass

@@ -43,7 +43,7 @@ from pdbench.plan.deployments import (
     VLLM_PORT_STRIDE,
     place_instances,
 )
-from pdbench.plan.lengths import max_length
+from pdbench.plan.lengths import history_cap, longest_conversation, max_length
 from pdbench.spec import server_flags
 from pdbench.validate import capacity
 from pdbench.validate.bench import check_transfer_bench
@@ -125,6 +125,26 @@ def check_counts(cfg: RunConfig) -> list[ConfigProblem]:
                 "must be in [0, 1)",
                 f"0 for fixed lengths, e.g. 0.5 for {mean} x (1 +- 0.5)",
             )
+    if not 0 < w.history_median_ratio <= 1:
+        out.add(
+            "workload.history_median_ratio",
+            w.history_median_ratio,
+            "must be in (0, 1]",
+            "1 for fixed prefixes, e.g. 0.85 for lognormal ones (median 0.85 x the mean)",
+        )
+    if w.turns_max and w.turns_max < w.turns:
+        out.add(
+            "workload.turns_max",
+            w.turns_max,
+            f"is below workload.turns ({w.turns})",
+            "0 or >= turns",
+        )
+    if not 0 <= w.history_edit_share <= 1:
+        out.add(
+            "workload.history_edit_share", w.history_edit_share, "must be in [0, 1]", "e.g. 0.5"
+        )
+    need("workload.common_prefix_tokens", w.common_prefix_tokens, 0, "0 or more")
+    need("workload.history_tokens_max", w.history_tokens_max, 0, "0 (3 x the mean) or more")
     need("server.max_num_seqs", s.max_num_seqs, 1, "1 or more")
     need("server.cpu_threads_per_instance", s.cpu_threads_per_instance, 1, "1 or more")
     return out
@@ -444,15 +464,18 @@ def check_workload_fits(cfg: RunConfig) -> list[ConfigProblem]:
     dist = w.length_distribution
     user_max = max_length(w.user_tokens, max(0.0, w.user_tokens_jitter), dist)
     output_max = max_length(w.output_tokens, max(0.0, w.output_tokens_jitter), dist)
-    longest = max(w.history_tokens) + w.turns * (user_max + output_max)
+    turns = max(w.turns, w.turns_max)
+    history = history_cap(max(w.history_tokens), w.history_median_ratio, w.history_tokens_max)
+    longest = longest_conversation(history, w.common_prefix_tokens, turns, user_max, output_max)
     if longest <= m.max_model_len:
         return []
+    common = f"{w.common_prefix_tokens} common + " if w.common_prefix_tokens else ""
     return [
         ConfigProblem(
             "workload.history_tokens",
             max(w.history_tokens),
-            f"+ {w.turns} turns x ({user_max} user + {output_max} output) tokens = "
-            f"{longest} exceeds model.max_model_len ({m.max_model_len})",
+            f"(at most {common}{history}) + {turns} turns x ({user_max} user + {output_max} "
+            f"output) tokens = {longest} exceeds model.max_model_len ({m.max_model_len})",
             "fewer turns or shorter history, or a model with a longer context",
         )
     ]

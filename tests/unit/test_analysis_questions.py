@@ -431,3 +431,22 @@ def test_flagged_points_are_listed_shortened_and_capped(tmp_path):
     assert shorten("x" * 200, 20) == "x" * 19 + "…"
     assert parse_paths("decode_first:2, pull:1") == {"decode_first": 2, "pull": 1}
     assert parse_paths("") == {}
+
+
+def test_turns_recomputed_because_the_history_was_edited_are_counted_in_the_answer(tmp_path):
+    """A pull turn whose prompt no longer began with D's tokens was recomputed by the router
+    (``recompute_diverged``): the answer says how many, per flow, and summary.json keeps it."""
+    root = write_synthetic_run(tmp_path / "run", histories=(0,), turns=3, flows=FLOWS, bench=False)
+    for path in (root / "points").glob("*.json"):
+        point = json.loads(path.read_text())
+        if point["flow"] != "pull":
+            continue
+        for row in point["by_turn"]:
+            if row["turn"] == 2:  # one of the two conversations edited its history
+                row["paths"] = {"pull": 1, "recompute_diverged": 1}
+        path.write_text(json.dumps(point))
+    _, q = answered([root])
+    (a,) = q["flows"].answers
+    assert a.diverged == {"pull": (3, 12)}  # turn 2 of 3 repetitions, of 2 turns x 2 x 3
+    assert "pull: 3 of 12 turns (turns >= 2) recomputed, not pulled" in a.lines()[0]
+    assert a.to_dict()["recompute_diverged"] == {"pull": {"turns": 3, "of": 12}}

@@ -208,6 +208,29 @@ def test_lognormal_tails_and_output_jitter_count_toward_the_context():
     only(cfg, "workload.history_tokens", 1300, "160 user + 40 output", "2100")
 
 
+def test_the_common_prefix_the_longest_own_prefix_and_the_most_turns_count_toward_the_context():
+    cfg = cpu_run()  # 4 turns of 64 user + 16 output tokens
+    cfg.workload.history_tokens = [600]
+    cfg.workload.common_prefix_tokens = 100
+    cfg.workload.history_median_ratio = 0.85  # own prefixes up to 3 x 600 = 1800 tokens
+    only(cfg, "workload.history_tokens", 600, "100 common + 1800", "2220")
+    cfg.workload.history_tokens_max = 1000  # 100 + 1000 + 6 x 80 = 1580
+    cfg.workload.turns_max = 6
+    assert problems_for(cfg, "workload.history_tokens") == []
+    cfg.workload.turns_max = 12  # 100 + 1000 + 12 x 80 = 2060
+    only(cfg, "workload.history_tokens", 600, "12 turns", "2060")
+
+
+def test_the_seed_benchmarks_settings_are_checked():
+    cfg = cpu_run()
+    cfg.workload.history_median_ratio = 1.2
+    cfg.workload.turns_max = 2  # below turns (4)
+    cfg.workload.history_edit_share = 2.0
+    only(cfg, "workload.history_median_ratio", 1.2, "(0, 1]", "0.85")
+    only(cfg, "workload.turns_max", 2, "below workload.turns (4)")
+    only(cfg, "workload.history_edit_share", 2.0, "[0, 1]")
+
+
 def test_output_jitter_is_checked():
     cfg = cpu_run()
     cfg.workload.output_tokens_jitter = 1.5

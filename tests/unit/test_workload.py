@@ -1,3 +1,4 @@
+import json
 import random
 import statistics
 
@@ -7,13 +8,14 @@ from jobs.request_stream import (
     ChunkClock,
     RequestOptions,
     _handle_event,
+    chat_body,
     completion_body,
     describe_failure,
     tpot_ms,
 )
 from jobs.workload import FIRST_ID, build_conversations
-from pdbench.config.schema import WorkloadConfig, WorkloadKind
-from pdbench.plan.lengths import draw_length, max_length
+from pdbench.config.schema import HistoryEdit, WorkloadConfig, WorkloadKind
+from pdbench.plan.lengths import draw_history, draw_length, max_length
 from pdbench.results.store import RequestRecord
 
 pytestmark = pytest.mark.unit
@@ -169,3 +171,84 @@ def test_a_bare_timeout_names_the_limit_it_hit():
     assert describe_failure(RuntimeError("stream ended without tokens"), 120.0) == (
         "RuntimeError: stream ended without tokens"
     )
+
+
+def test_the_seed_benchmarks_shape_common_prefix_lognormal_prefixes_and_turn_ranges():
+    """multi_turn_vllm's parameters: every conversation starts with the same common prefix,
+    then a prefix of its own whose length is lognormal with the given mean and median ratio
+    (vLLM benchmarks/multi_turn's), capped; turns uniform in [turns, turns_max]."""
+    wl = WorkloadConfig(
+        conversations=400,
+        turns=6,
+        turns_max=9,
+        common_prefix_tokens=50,
+        history_median_ratio=0.85,
+        history_tokens_max=1200,
+        user_tokens=4,
+        output_tokens=4,
+        seed=1,
+    )
+    specs = build_conversations(wl, 400, 512)
+    common = specs[0].prefix[:50]
+    assert all(s.prefix[:50] == common for s in specs)
+    own = [len(s.prefix) - 50 for s in specs]
+    assert max(own) <= 1200 and min(own) >= 1
+    assert statistics.fmean(own) == pytest.approx(400, rel=0.06)
+    assert statistics.median(own) == pytest.approx(0.85 * 400, rel=0.08)
+    turns = [len(s.user_turns) for s in specs]
+    assert set(turns) == {6, 7, 8, 9}
+    assert all(len(s.output_lens) == len(s.user_turns) for s in specs)
+    rng = random.Random(0)
+    assert {draw_history(rng, 400, 1.0, 0) for _ in range(20)} == {400}  # 1: fixed
+
+
+def test_a_workload_without_the_new_settings_draws_the_same_tokens_as_before():
+    """common prefix 0, ratio 1, no turns_max: the same token ids and lengths as a plain
+    multi_turn workload (runs before these settings pair with runs after)."""
+    plain = WorkloadConfig(conversations=3, turns=3, user_tokens=16, user_tokens_jitter=0.5)
+    again = WorkloadConfig(
+        conversations=3,
+        turns=3,
+        user_tokens=16,
+        user_tokens_jitter=0.5,
+        turns_max=3,
+        common_prefix_tokens=0,
+        history_median_ratio=1.0,
+    )
+    a, b = build_conversations(plain, 32, 512), build_conversations(again, 32, 512)
+    assert [(s.prefix, s.user_turns) for s in a] == [(s.prefix, s.user_turns) for s in b]
+
+
+def test_history_edits_fall_on_a_seeded_share_of_turns_the_same_in_every_build():
+    wl = WorkloadConfig(
+        conversations=40, turns=6, history_edit=HistoryEdit.mixed, history_edit_share=0.5
+    )
+    specs = build_conversations(wl, 16, 512)
+    edits = [e for s in specs for e in s.edits.values()]
+    assert set(edits) == {"strip_reply", "change_message"}
+    assert len(edits) / (40 * 5) == pytest.approx(0.5, abs=0.1)  # turns 2-6
+    assert all(1 not in s.edits for s in specs)  # nothing to edit before turn 1
+    assert [s.edits for s in build_conversations(wl, 16, 512)] == [s.edits for s in specs]
+    wl.history_edit = HistoryEdit.none
+    assert all(not s.edits for s in build_conversations(wl, 16, 512))
+
+
+def test_a_chat_request_asks_the_same_greedy_tokens_as_a_completion():
+    opts = RequestOptions("http://x", "m", 16, "pull", "salt", api="chat")
+    chat = chat_body(opts, [{"role": "user", "content": "ba ke"}], output_tokens=5)
+    plain = completion_body(opts, [5, 6], output_tokens=5)
+    assert chat.pop("messages") == [{"role": "user", "content": "ba ke"}]
+    assert chat.pop("max_completion_tokens") == plain.pop("max_tokens") == 5
+    plain.pop("prompt")
+    assert chat == plain
+
+
+def test_a_chat_stream_gives_its_tokens_text_and_the_servers_prompt_count():
+    rec = RequestRecord(0, 1, "pull", 10, 0, [], 0.0, [], 0.0, 0.0)
+    texts: list[str] = []
+    first = {"choices": [{"delta": {"role": "assistant", "content": "ba"}, "token_ids": [7]}]}
+    usage = {"choices": [], "usage": {"prompt_tokens": 42, "completion_tokens": 2}}
+    for data in (first, {"choices": [{"delta": {"content": " ke"}, "token_ids": [8]}]}, usage):
+        _handle_event(b"data: " + json.dumps(data).encode(), rec, texts)
+    assert rec.output_token_ids == [7, 8] and "".join(texts) == "ba ke"
+    assert rec.prompt_tokens == 42
