@@ -35,6 +35,7 @@ from pdbench.config.schema import Command, ExecutorKind, RunConfig, register_con
 from pdbench.driver.launch import Ended, Launched, finish_sweep, launch
 from pdbench.driver.preflight import run_preflight_alone
 from pdbench.driver.report_table import print_run_table
+from pdbench.driver.serve import serve
 from pdbench.driver.status import print_status
 from pdbench.driver.transfer_bench import run_transfer_bench
 from pdbench.results.manifest import LaunchOrigin
@@ -279,11 +280,16 @@ def _preflight(cfg: RunConfig, origin: LaunchOrigin) -> None:
         raise SystemExit(1)
 
 
+def _serve(cfg: RunConfig, origin: LaunchOrigin) -> None:
+    serve(cfg, origin)
+
+
 COMMANDS: dict[Command, Callable[[RunConfig, LaunchOrigin], None]] = {
     Command.run: _run,
     Command.status: _status,
     Command.transfer_bench: _transfer_bench,
     Command.preflight: _preflight,
+    Command.serve: _serve,
 }
 
 

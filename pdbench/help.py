@@ -17,6 +17,11 @@ COMMANDS = (
     ("check", "compose and validate only; exit 0 when the command line would launch"),
     ("transfer_bench", "the KV-shaped NIXL transfer bench (or +experiment=transfer_bench)"),
     ("preflight", "the checks every job runs first on its nodes, alone (starts no server)"),
+    (
+        "serve [flow=pull]",
+        "start one deployment for any OpenAI-API client (vllm bench serve, ...): prints the "
+        "router's URL and model, serves until Ctrl-C or the time limit",
+    ),
 )
 
 OVERRIDES = (

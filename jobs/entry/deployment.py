@@ -41,12 +41,18 @@ class DeploymentJob:
         )
         return self.running()
 
-    def checkpoint(self, *args, **kwargs) -> submitit.helpers.DelayedSubmission:
+    def checkpoint(self, *args, **kwargs) -> submitit.helpers.DelayedSubmission | None:
         """What submitit pickles at USR2 (time limit near, or a preemption notice) before it
         requeues the job and exits: this job as submitted (``restart``), never the live
         servers (a lock in each ``Popen``: cannot be pickled). The requeue then SIGTERMs the
-        job: from here that must not cut the teardown short."""
+        job: from here that must not cut the teardown short. A serve job is not requeued
+        (None): it served until its time limit."""
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        if self.spec.serve_flow:  # a serve job ends at its time limit: nothing to resume
+            os.write(1, b"[pdbench] time limit near: serving ends, the servers stop\n")
+            if self.running is not None:
+                self.running.leave("time limit near (USR2)")
+            return None
         if self.running is not None:
             self.running.leave("time limit near or preemption notice (USR2)")
         # os.write, not print: a signal handler may interrupt a print (reentrant call).

@@ -24,9 +24,10 @@ from typing import Any
 
 from jobs.preflight.job import PreflightFailed, node_preflight, record_findings
 from jobs.run.loop import measure_points
-from jobs.run.next_points import PlannedPoints
+from jobs.run.next_points import NextPoints, PlannedPoints
 from jobs.run.point import new_record
 from jobs.run.rendezvous import NodeFailed, NodeRendezvous
+from jobs.run.serve import ServeUntilStopped
 from jobs.run.servers import say, start_servers
 from jobs.run.state import TaskState
 from jobs.serving.server import ServerStartError
@@ -114,7 +115,9 @@ class DeploymentTask:
             ran = map_devices(ran, node, visible)
         task.ran = ran
         write_json_atomic(store.launch_spec_path(ran.deployment_id), ran.to_dict())
-        source = PlannedPoints(self.points, ran.run_order, store)
+        source: NextPoints = PlannedPoints(self.points, ran.run_order, store)
+        if ran.serve_flow:  # python -m pdbench serve: warm up, then serve until stopped
+            source = ServeUntilStopped(self.deployment, self.points, ran, store, task)
         counts = measure_points(
             stack,
             self.deployment,

@@ -92,6 +92,7 @@ class RouterConfig:
     flow: str = "agg"  # the flow served until the job sets one (POST /pdbench/flow)
     params_wait_s: float = 2.0  # how long D's plugin may take to have a turn's KV params
     request_log: str = ""  # where each request's TurnLog line goes ("": nowhere)
+    bidirectional: bool = True  # D keeps its KV for P (pull and decode_first need it)
 
 
 @dataclass
@@ -397,13 +398,28 @@ class Router:
 
         data = await request.json()
         flow = data.get("flow")
-        if flow not in FLOWS:
-            return web.json_response({"error": f"flow={flow!r}: use one of {FLOWS}"}, status=400)
+        problem = self.flow_problem(flow)
+        if problem:
+            return web.json_response({"error": problem}, status=400)
         self.config.flow = flow
         self.tag = str(data.get("tag") or "x")
         self.conversations.clear()
         self.policy.stats = RouterStats()
         return web.json_response({"flow": flow})
+
+    def flow_problem(self, flow: Any) -> str:
+        """Why this deployment cannot serve ``flow`` ("" when it can)."""
+        c = self.config
+        if flow not in FLOWS:
+            return f"flow={flow!r}: use one of {FLOWS}"
+        if flow != "agg" and not (c.prefill_urls and c.decode_urls):
+            return f"flow={flow}: this deployment has no prefill and decode instances"
+        if flow in ("pull", "decode_first") and not c.bidirectional:
+            return (
+                f"flow={flow}: D does not keep its KV for P on this deployment (it was "
+                "started without pull or decode_first among its flows)"
+            )
+        return ""
 
     async def handle_stats(self, request):
 

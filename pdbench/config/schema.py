@@ -75,6 +75,7 @@ class Command(Enum):
     status = "status"  # jobs, their states and the Points of a run dir
     transfer_bench = "transfer_bench"  # KV-shaped NIXL transfer bench (no vLLM)
     preflight = "preflight"  # the node checks every job runs first, alone (starts no server)
+    serve = "serve"  # start one deployment and serve any client until stopped (no Point)
 
 
 class TrackingBackend(Enum):

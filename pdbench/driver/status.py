@@ -9,6 +9,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
+from pdbench.driver.serve import serving_lines
 from pdbench.results.manifest import history_lines
 from pdbench.results.store import CorruptRecord, RunStore
 
@@ -123,6 +124,8 @@ def print_status(run_dir: str) -> None:
         return
     print(f"run {manifest.get('name')} in {store.root}")
     print("\n".join(history_lines(manifest)))
+    for line in serving_lines(store.root):
+        print(line)
     for job in manifest.get("jobs", []):
         if not isinstance(job, dict):
             continue

