@@ -17,6 +17,10 @@ True TTFTs follow exact cost models:
 
 so the crossover is the positive root of ``c2 h^2 + (c1 - kv_bytes / beta) h - alpha``, and
 turn 1 (nothing to pull) costs the same in pull and recompute: the A/A control is 0.
+Two truths that are not quadratic, off by default: a step of ``chunk_step_s`` per prefill
+chunk of ``chunk_tokens`` computed, and a transfer whose per-byte time saturates at
+``transfer_cap_s`` (``cap (1 - exp(-bytes / beta / cap))``: a pull pipelined with compute);
+``crossover_tokens`` then finds the root numerically.
 
 Measured TTFTs are the truth times multiplicative noise (``Noise``, each factor lognormal
 with mean 1): one per run (identical runs differ ~2x on the 2-core machine), a slow drift
@@ -24,7 +28,14 @@ over each Deployment's run order (a random walk), one per Point, one per wave (t
 of one turn of one Point are batched together) and one per request (heavy-tailed, ~35%).
 Every (history length, flow) is measured ``repetitions`` times, as independent Points;
 the Points of a Deployment run in a seeded random order (``order_index``), repetition
-``r`` of every flow with the same conversations. Requests carry the TTFT split of the
+``r`` of every flow with the same conversations. ``order=RunOrder.BLOCKS`` runs them as the
+runner does (``pdbench/plan/run_order.py``: randomized complete blocks, a block being one
+(history length, repetition) with every flow), with a factor shared by a block's Points
+(``Noise.block``) and the drift normalised to a mean factor of 1 over the run order, so a
+Point's expected TTFT is its truth whatever its position. ``Noise.rough()`` adds heavy tails:
+a few percent of requests stalled several times slower and a few Points slowed as a whole
+(stall mixtures scaled to a mean of 1). ``roughness`` gives the figures a real run is
+compared on (README, "Reading the results"). Requests carry the TTFT split of the
 record contract (``ttft_split``: router, P queue, P compute, P pull, hand-off, D's first
 step, residual; ``split_source`` "per_request").
 """
@@ -34,6 +45,7 @@ from __future__ import annotations
 import math
 import sys
 from dataclasses import asdict, dataclass, field
+from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
@@ -80,6 +92,11 @@ class Noise:
     drift: float = 0.0  # a random walk over a Deployment's run order, this spread overall
     run: float = 0.0  # shared by the whole run
     transfer: float = 0.0  # each traced transfer
+    block: float = 0.0  # shared by the Points of one block (RunOrder.BLOCKS only)
+    stall_share: float = 0.0  # requests stalled: this share of them ...
+    stall_factor: float = 1.0  # ... this many times slower
+    point_stall_share: float = 0.0  # Points slowed as a whole: this share of them ...
+    point_stall_factor: float = 1.0  # ... this many times slower
 
     @classmethod
     def realistic(cls) -> Noise:
@@ -88,12 +105,45 @@ class Noise:
         drift over a run, and identical runs ~2x apart."""
         return cls(request=0.25, wave=0.35, point=0.15, drift=0.2, run=0.35, transfer=0.2)
 
+    @classmethod
+    def rough(cls) -> Noise:
+        """As rough as a real crossover run (with ``RunOrder.BLOCKS``), fitted to its figures
+        (README, "Reading the results"): most of a Point's spread is drift its block's flows
+        share (the flows of a block correlate ~0.86-0.89, lag-1 autocorrelation over the run
+        order ~0.86, the A/A difference of a repetition ~9% of TTFT), plus heavy tails: 0.2%
+        of requests 3x slower, 1% of Points 1.3x slower as a whole."""
+        return cls(
+            request=0.03,
+            wave=0.02,
+            point=0.02,
+            drift=0.18,
+            block=0.03,
+            transfer=0.2,
+            stall_share=0.002,
+            stall_factor=3.0,
+            point_stall_share=0.01,
+            point_stall_factor=1.3,
+        )
+
+
+class RunOrder(StrEnum):
+    SHUFFLED = "shuffled"  # every Point of a Deployment in one seeded random order
+    BLOCKS = "blocks"  # the runner's randomized complete blocks (module docstring)
+
 
 def _factor(rng: np.random.Generator, sigma: float, size=None):
     """Lognormal with mean 1."""
     if sigma <= 0:
         return 1.0 if size is None else np.ones(size)
     return np.exp(rng.normal(-0.5 * sigma**2, sigma, size))
+
+
+def _stall(rng: np.random.Generator, share: float, slower: float, size=None):
+    """1 or ``slower`` (with probability ``share``), scaled to a mean of 1; no draw when off."""
+    if share <= 0 or slower == 1.0:
+        return 1.0 if size is None else np.ones(size)
+    hit = rng.random(size) < share
+    return np.where(hit, slower, 1.0) / (1.0 + share * (slower - 1.0))
 
 
 @dataclass
@@ -112,6 +162,9 @@ class SyntheticDeployment:
     router_saving_s: float = 0.002
     handoff_s: float = 0.004
     model: str = "tiny_llama"  # a conf/model name
+    chunk_tokens: int = 0  # > 0: every prefill chunk of this many tokens computed costs ...
+    chunk_step_s: float = 0.0  # ... this much more (a step per chunk)
+    transfer_cap_s: float = 0.0  # > 0: the per-byte part of a pull saturates at this
 
     @property
     def shape(self) -> ModelShape:
@@ -132,26 +185,59 @@ class SyntheticDeployment:
         s = self.shape
         return s.kv_bytes_per_token / min(self.d_tp, s.num_kv_heads)
 
+    @property
+    def quadratic(self) -> bool:
+        """Is the true saving the quadratic the analysis fits?"""
+        steps = self.chunk_tokens > 0 and self.chunk_step_s != 0
+        return not steps and self.transfer_cap_s <= 0
+
     def exact_crossover(self) -> float:
+        if not self.quadratic:
+            return self.crossover_tokens()
         a, c = self.c2_s, -self.alpha_s
         b = self.c1_s - self.transfer_kv_bytes_per_token / self.beta_bytes_per_s
         if a == 0:
             return -c / b
         return (-b + math.sqrt(b * b - 4 * a * c)) / (2 * a)
 
-    def saving_s(self, h: float) -> float:
-        """True TTFT(recompute) - TTFT(pull) at ``h`` history tokens (pull always pulls)."""
+    def saving_s(self, h: float, user: float = 0.0) -> float:
+        """True TTFT(recompute) - TTFT(pull) at ``h`` history tokens and ``user`` new ones
+        (pull always pulls; the quadratic truth does not depend on ``user``)."""
+        if not self.quadratic:
+            return self.recompute_s(h + user) - self.pull_s(h, user)
         per = self.transfer_kv_bytes_per_token / self.beta_bytes_per_s
         return self.c1_s * h + self.c2_s * h * h - self.alpha_s - per * h
 
+    def crossover_tokens(self, user: float = 0.0, longest: float = 1e5) -> float:
+        """Where the true saving first turns from <= 0 to > 0 (nan: it does not, up to
+        ``longest``): a scan every ``longest`` / 20,000 tokens, then bisection."""
+        h = np.linspace(0.0, longest, 20001)
+        s = np.array([self.saving_s(float(x), user) for x in h])
+        up = np.nonzero((s[:-1] <= 0) & (s[1:] > 0))[0]
+        if not len(up):
+            return math.nan
+        a, b = float(h[up[0]]), float(h[up[0] + 1])
+        for _ in range(60):
+            mid = 0.5 * (a + b)
+            a, b = (mid, b) if self.saving_s(mid, user) <= 0 else (a, mid)
+        return b
+
+    def _chunks_s(self, n: float) -> float:
+        if self.chunk_tokens <= 0 or n <= 0:
+            return 0.0
+        return self.chunk_step_s * math.ceil(n / self.chunk_tokens)
+
     def recompute_s(self, n: float) -> float:
-        return self.c0_s + self.c1_s * n + self.c2_s * n * n
+        return self.c0_s + self.c1_s * n + self.c2_s * n * n + self._chunks_s(n)
 
     def transfer_s(self, nbytes: float) -> float:
-        return self.alpha_s + nbytes / self.beta_bytes_per_s
+        per_byte = nbytes / self.beta_bytes_per_s
+        if self.transfer_cap_s > 0:
+            per_byte = self.transfer_cap_s * -math.expm1(-per_byte / self.transfer_cap_s)
+        return self.alpha_s + per_byte
 
     def pull_s(self, h: float, u: float) -> float:
-        compute = self.c0_s + self.c1_s * u + self.c2_s * (u * u + 2 * u * h)
+        compute = self.c0_s + self.c1_s * u + self.c2_s * (u * u + 2 * u * h) + self._chunks_s(u)
         return compute + self.transfer_s(h * self.transfer_kv_bytes_per_token)
 
     def record(self) -> dict:
@@ -215,6 +301,7 @@ class Synthetic:
 
     points: list[tuple[dict[str, Any], list[dict[str, Any]]]] = field(default_factory=list)
     traces: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    run_factor: float = 1.0  # the factor shared by the whole run (``Noise.run``)
 
 
 def synthetic_records(
@@ -230,6 +317,7 @@ def synthetic_records(
     kind: str = "multi_turn",
     repetitions: int = 3,
     traces: bool = True,
+    order: RunOrder = RunOrder.SHUFFLED,
 ) -> Synthetic:
     """The records of a run (``noise``: a ``Noise``, or a float for request noise only)."""
     deployments = deployments or [SyntheticDeployment()]
@@ -237,18 +325,15 @@ def synthetic_records(
     rng = np.random.default_rng(seed)
     out = Synthetic()
     run_factor = _factor(rng, nz.run)
+    out.run_factor = float(run_factor)
     for dep in deployments:
         record = dep.record()
-        plan = [(h, rep, f) for h in histories for rep in range(repetitions) for f in flows]
-        order = rng.permutation(len(plan))
-        steps = rng.normal(0.0, 1.0, len(plan)).cumsum()
-        if len(plan) > 1 and nz.drift > 0:
-            steps = (steps - steps.mean()) / (steps.std() or 1.0) * nz.drift
+        if order is RunOrder.BLOCKS:
+            schedule = _blocks(histories, repetitions, flows, nz, rng)
         else:
-            steps = np.zeros(len(plan))
-        for position, i in enumerate(order):
-            hist, rep, flow = plan[i]
-            scale = run_factor * math.exp(steps[position]) * _factor(rng, nz.point)
+            schedule = _shuffled(histories, repetitions, flows, nz, rng)
+        for position, (hist, rep, flow, shared) in enumerate(schedule):
+            scale = run_factor * shared * _point_factor(rng, nz)
             point, reqs, lines = _point(
                 dep,
                 flow,
@@ -271,6 +356,39 @@ def synthetic_records(
     return out
 
 
+def _shuffled(histories, repetitions, flows, nz: Noise, rng: np.random.Generator):
+    """(history, repetition, flow, drift factor) of every Point in one random order (the
+    draws as in this generator's first version: seeded runs stay the same)."""
+    plan = [(h, rep, f) for h in histories for rep in range(repetitions) for f in flows]
+    order = rng.permutation(len(plan))
+    steps = rng.normal(0.0, 1.0, len(plan)).cumsum()
+    if len(plan) > 1 and nz.drift > 0:
+        steps = (steps - steps.mean()) / (steps.std() or 1.0) * nz.drift
+    else:
+        steps = np.zeros(len(plan))
+    return [(*plan[i], math.exp(steps[position])) for position, i in enumerate(order)]
+
+
+def _blocks(histories, repetitions, flows, nz: Noise, rng: np.random.Generator):
+    """(history, repetition, flow, drift x block factor) in randomized complete blocks, the
+    drift's factor averaging 1 over the run order."""
+    blocks = [(h, rep) for h in histories for rep in range(repetitions)]
+    plan = []
+    for b in rng.permutation(len(blocks)):
+        shared = float(_factor(rng, nz.block))
+        plan += [(*blocks[b], flows[f], shared) for f in rng.permutation(len(flows))]
+    drift = np.ones(len(plan))
+    if len(plan) > 1 and nz.drift > 0:
+        steps = rng.normal(0.0, 1.0, len(plan)).cumsum()
+        drift = np.exp((steps - steps.mean()) / (steps.std() or 1.0) * nz.drift)
+        drift /= drift.mean()
+    return [(h, rep, f, float(d) * b) for (h, rep, f, b), d in zip(plan, drift, strict=True)]
+
+
+def _point_factor(rng: np.random.Generator, nz: Noise) -> float:
+    return float(_factor(rng, nz.point) * _stall(rng, nz.point_stall_share, nz.point_stall_factor))
+
+
 def _point(dep, flow, hist, rep, position, turns, convs, user, out, kind, nz, scale, rng, record):
     point_id = f"{dep.deployment_id}-{flow}-h{hist}-r{rep}"
     if kind != "multi_turn":
@@ -282,6 +400,7 @@ def _point(dep, flow, hist, rep, position, turns, convs, user, out, kind, nz, sc
         cost = _cost(dep, flow, turn, h, user)
         wave = scale * _factor(rng, nz.wave)
         each = wave * _factor(rng, nz.request, convs)
+        each = each * _stall(rng, nz.stall_share, nz.stall_factor, convs)
         ttfts = [cost.seconds * 1e3 * float(f) for f in each]
         for conv, ms in enumerate(ttfts):
             parts = {k: v * 1e3 * ms / (cost.seconds * 1e3) for k, v in cost.parts.items()}
