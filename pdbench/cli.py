@@ -39,7 +39,7 @@ from pdbench.driver.serve import serve
 from pdbench.driver.status import print_status
 from pdbench.driver.transfer_bench import run_transfer_bench
 from pdbench.results.manifest import LaunchOrigin
-from pdbench.validate.rules import ConfigError, validate
+from pdbench.validate.rules import ConfigError, validate, warnings
 
 __all__ = ["compose_job", "main", "parse_argv", "precheck"]  # compose_job: one job, typed
 
@@ -195,6 +195,9 @@ class Job:
 
     overrides: list[str]
     cfg: RunConfig
+    # what will likely weaken the answer without making it impossible (rules.warnings):
+    # said before the job runs or is checked, never refused
+    warnings: list[str] = field(default_factory=list)
 
 
 class Jobs(list[Job]):
@@ -237,10 +240,20 @@ def precheck(inv: Invocation) -> Jobs:
         if cfg.command is Command.status:
             problems += _status_problems(job, cfg)
             continue
-        problems += [label + str(p) for p in given_problems(job, cfg) + validate(cfg)]
+        found = given_problems(job, cfg) + validate(cfg)
+        problems += [label + str(p) for p in found]
+        if not found:
+            typed[-1].warnings = [label + str(w) for w in warnings(cfg)]
     if problems:
         raise UsageError(f"{len(problems)} problem(s) in the config:\n" + "\n".join(problems))
     return typed
+
+
+def print_warnings(jobs: list[Job]) -> None:
+    """Each job's warnings on stderr, one line each, before anything runs."""
+    for job in jobs:
+        for line in job.warnings:
+            print(f"pdbench: warning: {line}", file=sys.stderr, flush=True)
 
 
 def print_checked(jobs: list[Job]) -> None:
@@ -382,6 +395,8 @@ def main(argv: list[str]) -> None:
             jobs = precheck(inv)
         except UsageError as err:
             _fail(err, debug)
+    if not (inv.show_only or inv.shows_config):
+        print_warnings(jobs)
     if inv.check_only:
         print_checked(jobs)
         return

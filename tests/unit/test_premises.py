@@ -104,6 +104,23 @@ def test_one_repetition_is_refused_and_two_warned():
     assert str(warning).startswith("workload.repetitions=2: gives intervals with 1 degree")
 
 
+def test_warnings_are_said_by_check_and_before_a_launch_never_refused(tmp_path):
+    """rules.warnings reach the user: check and the dry run print each on stderr, exit 0."""
+    from pdbench.cli import Invocation, precheck
+    from tests.unit.test_cli import pdbench
+
+    two = ["+experiment=smoke", "workload.repetitions=2"]
+    (job,) = precheck(Invocation(overrides=two, flags=[]))
+    (line,) = job.warnings
+    assert line.startswith("workload.repetitions=2: gives intervals with 1 degree")
+    (three,) = precheck(Invocation(overrides=["+experiment=smoke"], flags=[]))
+    assert three.warnings == []
+    for args in (["check", *two], [*two, f"dir={tmp_path / 'run'}", "launch.dry_run=true"]):
+        out = pdbench(*args)
+        assert out.returncode == 0, out.stderr
+        assert f"pdbench: warning: {line}" in out.stderr.splitlines(), out.stderr
+
+
 def test_check_premises_false_launches_a_pipeline_test_anyway():
     args = ["+experiment=cache_pressure", "workload.repetitions=1", "server.prefill_kv_blocks=4096"]
     assert len(refusals(*args)) == 2
