@@ -170,13 +170,37 @@ def _check_key(o: Override, s: Schema) -> list[str]:
     return [f"{line}: {key} {why}; {_did_you_mean(names)} Fix: {fix}"]
 
 
+def quoting_fix(overrides: list[str]) -> str:
+    """The fix for Hydra's lexer error on an override whose value has characters its grammar
+    takes only quoted (``>``, ``#``, non-ASCII letters, ...): the value quoted, each element
+    of a ``[...]`` list on its own; "" when no single override fails or a quote is in it."""
+    parser = OverridesParser.create()
+    for word in overrides:
+        try:
+            parser.parse_overrides([word])
+        except OverrideParseException:
+            key, _, value = word.partition("=")
+            if not value or '"' in value or "'" in value:
+                return ""
+            if value.startswith("[") and value.endswith("]"):
+                items = [v.strip() for v in value[1:-1].split(",") if v.strip()]
+                quoted = "[" + ",".join(f'"{v}"' for v in items) + "]"
+            else:
+                quoted = f'"{value}"'
+            return (
+                f"Fix: quote the value for Hydra and for the shell: '{key}={quoted}' (Hydra's "
+                "override grammar takes such characters only inside quotes)"
+            )
+    return ""
+
+
 def check_overrides(overrides: list[str], s: Schema | None = None) -> list[Override]:
     """The parsed overrides; ``OverrideError`` listing every bad one (with suggestions)."""
     s = s or schema()
     try:
         parsed = OverridesParser.create().parse_overrides(overrides)
     except OverrideParseException as err:
-        fix = image_quoting_fix(overrides)  # an enroot URI's '#'
+        fix = image_quoting_fix(overrides) or quoting_fix(overrides)  # an enroot URI's '#'
         raise OverrideError([str(err).strip() + (f"\n{fix}" if fix else "")]) from err
     problems = []
     seen: dict[str, str] = {}

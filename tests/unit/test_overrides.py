@@ -120,3 +120,22 @@ def test_a_key_given_twice_is_refused_not_silently_overwritten():
         check_overrides(["+experiment=crossover", "+experiment=smoke"])
     (line,) = info.value.problems
     assert line.startswith("+experiment=crossover and +experiment=smoke: one key given twice")
+
+
+@pytest.mark.parametrize(
+    ("arg", "quoted"),
+    [
+        ("name=ünïcode", "'name=\"ünïcode\"'"),
+        ("bench.tp_splits=[2->1]", "'bench.tp_splits=[\"2->1\"]'"),
+        ("bench.tp_splits=[1->1,1->2]", '\'bench.tp_splits=["1->1","1->2"]\''),
+        ("cluster.container_image=nvcr.io#nvidia/pytorch:25.01-py3", "'cluster.container_image="),
+    ],
+)
+def test_a_lexer_failure_gets_the_quoted_form_that_parses(arg, quoted):
+    line = refused("+experiment=smoke", arg)
+    assert line.startswith("LexerNoViableAltException: ")
+    fix = line.splitlines()[-1]
+    assert fix.startswith("Fix: quote the ") and quoted in fix, line
+    given = fix.split("'")[1]  # what the shell hands Hydra
+    if not arg.startswith("cluster."):
+        check_overrides(["+experiment=smoke", given])  # parses (keys checked too)
