@@ -35,9 +35,11 @@ from pdbench.config.schema import Command, ExecutorKind, RunConfig, register_con
 from pdbench.driver.launch import Ended, Launched, finish_sweep, launch
 from pdbench.driver.preflight import run_preflight_alone
 from pdbench.driver.report_table import print_run_table
-from pdbench.driver.serve import serve
+from pdbench.driver.run_dir import RunDir
+from pdbench.driver.serve import serve, serve_problem
 from pdbench.driver.status import print_status
 from pdbench.driver.transfer_bench import run_transfer_bench
+from pdbench.plan.deployments import make_plan
 from pdbench.results.manifest import LaunchOrigin
 from pdbench.validate.rules import ConfigError, validate, warnings
 
@@ -249,6 +251,29 @@ def precheck(inv: Invocation) -> Jobs:
     return typed
 
 
+def launch_refusals(jobs: list[Job], origin: LaunchOrigin) -> list[str]:
+    """What the launch of each job refuses beyond ``precheck`` (so that ``check`` says what
+    the launch and its dry run would): a run or serve into a dir holding another experiment
+    (``RunDir.open``, as the dry run calls it), a serve of a config planning several
+    deployments. Nothing is written, nothing claimed."""
+    problems: list[str] = []
+    for job in jobs:
+        cfg = job.cfg
+        if cfg.command not in (Command.run, Command.serve):
+            continue
+        label = f"[{' '.join(job.overrides)}] " if len(jobs) > 1 else ""
+        plan = make_plan(cfg)
+        found = serve_problem(plan) if cfg.command is Command.serve else None
+        if found is not None:
+            problems.append(label + str(found))
+            continue
+        try:
+            RunDir.open(cfg, plan, origin, claim=False)
+        except ConfigError as err:
+            problems += [label + str(p) for p in err.problems]
+    return problems
+
+
 def print_warnings(jobs: list[Job]) -> None:
     """Each job's warnings on stderr, one line each, before anything runs."""
     for job in jobs:
@@ -398,6 +423,12 @@ def main(argv: list[str]) -> None:
     if not (inv.show_only or inv.shows_config):
         print_warnings(jobs)
     if inv.check_only:
+        refused = launch_refusals(jobs, LaunchOrigin.of(argv))
+        if refused:
+            _fail(
+                UsageError(f"{len(refused)} problem(s) in the config:\n" + "\n".join(refused)),
+                debug,
+            )
         print_checked(jobs)
         return
     if inv.show_only or inv.shows_config:

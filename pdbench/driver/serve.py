@@ -22,7 +22,7 @@ from pdbench.config.schema import ExecutorKind, RunConfig
 from pdbench.driver.launch import model_path_for
 from pdbench.driver.run_dir import RunDir, write_manifest
 from pdbench.driver.submit import check_slurm_reachable, follow, submit
-from pdbench.plan.deployments import make_plan
+from pdbench.plan.deployments import Plan, make_plan
 from pdbench.results.manifest import LaunchOrigin
 from pdbench.spec.launch import LaunchSpec, build_launch, describe
 from pdbench.spec.vllm_install import cluster_servers_vllm
@@ -36,23 +36,27 @@ def serving_spec(spec: LaunchSpec, flow: str) -> LaunchSpec:
     return replace(spec, deployments=[replace(d, serve_flow=flow) for d in spec.deployments])
 
 
+def serve_problem(plan: Plan) -> ConfigProblem | None:
+    """Why ``plan`` cannot be served (it plans several deployments), None when it can."""
+    if len(plan.deployments) == 1:
+        return None
+    ids = ", ".join(d.deployment_id for d in plan.deployments)
+    return ConfigProblem(
+        "command",
+        "serve",
+        f"serves one deployment; this config plans {len(plan.deployments)} ({ids})",
+        "one value for each deployment axis (flow.kv_recompute_thresholds, "
+        "flow.decoder_kv_blocks_ttls_s: [])",
+    )
+
+
 def serve(cfg: RunConfig, origin: LaunchOrigin) -> None:
     """Plan one deployment, print its launch (dry run) or start it and follow it until it
     stops."""
     plan = make_plan(cfg)
-    if len(plan.deployments) != 1:
-        ids = ", ".join(d.deployment_id for d in plan.deployments)
-        raise ConfigError(
-            [
-                ConfigProblem(
-                    "command",
-                    "serve",
-                    f"serves one deployment; this config plans {len(plan.deployments)} ({ids})",
-                    "one value for each deployment axis (flow.kv_recompute_thresholds, "
-                    "flow.decoder_kv_blocks_ttls_s: [])",
-                )
-            ]
-        )
+    problem = serve_problem(plan)
+    if problem is not None:
+        raise ConfigError([problem])
     flow = cfg.flow.flows[0].value
     run_dir = RunDir.open(cfg, plan, origin, claim=not cfg.launch.dry_run)
     model_path = model_path_for(cfg, create=not cfg.launch.dry_run)
