@@ -8,10 +8,16 @@ with its interval, the A/A control), the cost fits (``fits``), the two predictio
 The threshold is recommended only from a decided verdict: the crossover rounded up to the
 block size (with its interval, rounded the same way); the shortest measured length when
 pull was faster at every one; none when recompute was. Otherwise "not determined".
+
+Loads: where a deployment's Points ran at more than one concurrency (``workload.
+concurrencies``), the crossover, its A/A control, the threshold and the prediction from
+P's spent costs (``spent_cost``) are computed per load (``LoadAnalysis``), never pooled;
+the deployment's own ``measured`` then holds every load's cells but no crossover.
 """
 
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import dataclass, field
 from typing import Any
@@ -24,7 +30,8 @@ from analysis.load import RunData, deployment_label
 from analysis.model_cost import ModelShape
 from analysis.pairs import request_frame
 from analysis.pull_recompute import Measured, measure
-from analysis.saving_curve import Shape
+from analysis.saving_curve import Shape, crossover
+from analysis.spent_cost import Check, SpentCosts, check, fit_spent, spent_frame
 from analysis.stats import Status
 
 
@@ -98,6 +105,26 @@ def advise_threshold(m: Measured, block_size: int) -> ThresholdAdvice:
 
 
 @dataclass
+class LoadAnalysis:
+    """One offered load of a deployment: its crossover, control, threshold and prediction."""
+
+    concurrency: int | None  # None: the Points name none
+    measured: Measured
+    threshold_advice: ThresholdAdvice
+    spent: SpentCosts  # P's spent costs at this load and the crossover they predict
+    check: Check  # the prediction against the measured crossover
+    point_ids: frozenset[str] = frozenset()  # its Points (empty: the deployment's every one)
+
+    def requests(self, req: pd.DataFrame) -> pd.DataFrame:
+        """``req``'s rows of this load's Points."""
+        return req[req["point_id"].isin(self.point_ids)] if self.point_ids else req
+
+    @property
+    def name(self) -> str:
+        return f"concurrency {self.concurrency}" if self.concurrency is not None else ""
+
+
+@dataclass
 class DeploymentAnalysis:
     deployment_id: str
     label: str
@@ -123,6 +150,15 @@ class DeploymentAnalysis:
     fp_rms_ms: float | None
     threshold_advice: ThresholdAdvice
     notes: list[str] = field(default_factory=list)
+    loads: list[LoadAnalysis] = field(default_factory=list)  # one per concurrency
+    pull_cost: SpentCosts | None = None  # P's spent costs over every load together
+    placement: str = ""  # the topology's placement (same_node / cross_node)
+    hosts: dict[str, str] = field(default_factory=dict)  # instance -> "hostname (address)"
+
+    @property
+    def per_load(self) -> bool:
+        """Several loads: every crossover is per load (``loads``), none pooled."""
+        return len(self.loads) > 1
 
     @property
     def kv_bytes_per_token(self) -> int | None:
@@ -192,7 +228,10 @@ def analyze_deployment(data: RunData, requests: pd.DataFrame, dep_id: str) -> De
         notes.append(f"first principles skipped: {exc}")
     flows = set(pts["flow"])
     pull_flow = "decode_first" if "decode_first" in flows and "pull" not in flows else "pull"
-    measured = measure(requests, dep_id, pull_flow)
+    block = first["block_size"]
+    block = int(block) if block is not None and not pd.isna(block) else 16
+    loads = analyze_loads(data, requests, pts, dep_id, pull_flow, block)
+    measured = loads[0].measured if len(loads) == 1 else pooled_cells(loads)
     rec = samples.recompute_samples(data.turns, dep_id)
     per_xfer = predict.transfer_bytes_per_token(shape, first["d_tp"]) if shape else None
     bench, lender = bench_for(data, pts)
@@ -244,8 +283,6 @@ def analyze_deployment(data: RunData, requests: pd.DataFrame, dep_id: str) -> De
         if fp_fn
         else predict.none(_lacking({"prefill rate": flops, "bandwidth": bw, "model shape": shape}))
     )
-    block = first["block_size"]
-    block = int(block) if block is not None and not pd.isna(block) else 16
     failed = pts[pts["status"] != "ok"]
     if len(failed):
         notes.append(f"{len(failed)} of {len(pts)} Points failed and are left out")
@@ -276,9 +313,71 @@ def analyze_deployment(data: RunData, requests: pd.DataFrame, dep_id: str) -> De
         fp_vs_measured=predict.relative_gap(by_fp, est),
         fit_rms_ms=predict.rms_error_ms(fit_fn, x, saving),
         fp_rms_ms=predict.rms_error_ms(fp_fn, x, saving),
-        threshold_advice=advise_threshold(measured, block),
+        threshold_advice=loads[0].threshold_advice if len(loads) == 1 else PER_LOAD,
         notes=notes,
+        loads=loads,
+        pull_cost=fit_spent(spent_frame(data.requests, _ok_ids(pts), pull_flow)),
+        placement=str(first.get("placement", "") or ""),
+        hosts=_hosts(first),
     )
+
+
+PER_LOAD = ThresholdAdvice(None, Status.UNDETERMINED, "one per load: see each")
+
+
+def concurrencies(pts: pd.DataFrame) -> list[int]:
+    """The distinct concurrencies a deployment's Points ran at (none named: empty)."""
+    if "concurrency" not in pts or not len(pts):
+        return []
+    return sorted({int(c) for c in pts["concurrency"].dropna().unique()})
+
+
+def _ok_ids(pts: pd.DataFrame) -> set[str]:
+    return set(pts.loc[pts["status"] == "ok", "point_id"])
+
+
+def _hosts(row: pd.Series) -> dict[str, str]:
+    try:
+        hosts = json.loads(str(row.get("hosts") or "{}"))
+    except json.JSONDecodeError:
+        return {}
+    return hosts if isinstance(hosts, dict) else {}
+
+
+def analyze_loads(
+    data: RunData, requests: pd.DataFrame, pts: pd.DataFrame, dep_id: str, pull_flow: str,
+    block: int,
+) -> list[LoadAnalysis]:  # fmt: skip
+    """One ``LoadAnalysis`` per concurrency (one, of every Point, when fewer than two)."""
+    levels = concurrencies(pts)
+    groups: list[tuple[int | None, pd.DataFrame]] = (
+        [(c, pts[pts["concurrency"] == c]) for c in levels]
+        if len(levels) > 1
+        else [(levels[0] if levels else None, pts)]
+    )
+    out = []
+    for conc, mine in groups:
+        ids = _ok_ids(mine)
+        req = (
+            requests[requests["point_id"].isin(set(mine["point_id"]))]
+            if len(levels) > 1
+            else requests
+        )
+        m = measure(req, dep_id, pull_flow)
+        spent = fit_spent(spent_frame(data.requests, ids, pull_flow), conc)
+        out.append(
+            LoadAnalysis(conc, m, advise_threshold(m, block), spent, check(spent, m.crossover))
+        )
+    return out
+
+
+def pooled_cells(loads: list[LoadAnalysis]) -> Measured:
+    """Every load's cells (their kinds name the load) with no crossover of them pooled."""
+    cells = [c for load in loads for c in load.measured.cells]
+    why = f"measured per load ({len(loads)} concurrencies): see each"
+    frames = [load.measured.pairs for load in loads if len(load.measured.pairs)]
+    pairs = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+    return Measured(cells=cells, crossover=crossover(None, why), pairs=pairs)
 
 
 @dataclass

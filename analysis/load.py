@@ -167,6 +167,7 @@ def point_row(run_dir: str, p: dict[str, Any]) -> dict[str, Any]:
         "flags": "; ".join(p.get("flags") or []),
         "flag_count": len(p.get("flags") or []),
         "transport_used": json.dumps(p.get("transport_used") or {}, sort_keys=True),
+        "hosts": json.dumps(p.get("hosts") or {}, sort_keys=True),
         **{f"bill_{k}": v for k, v in (p.get("decode_bill") or {}).items()},
     }
 

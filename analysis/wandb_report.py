@@ -36,7 +36,7 @@ def summary_metrics(out: Outputs) -> dict[str, Any]:
     recommended threshold (None values left out); and whether the run is valid."""
     metrics: dict[str, Any] = {"valid": out.summary["valid"]}
     for d in out.summary["deployments"]:
-        key = d["deployment_id"]
+        key = d["deployment_id"] + (f"@c{d['concurrency']}" if d.get("per_load") else "")
         m = d["measured"]
         metrics[f"crossover_tokens/measured/{key}"] = m["tokens"]
         metrics[f"crossover_tokens/measured_low/{key}"] = m["low"]

@@ -51,10 +51,12 @@ class ControlAnswer:
 
 
 def answer(ctx: Context) -> list[ControlAnswer]:
+    """One per deployment, or per load where it ran several (``DeploymentAnalysis.loads``)."""
     return [
-        ControlAnswer(a.label, a.measured.control)
+        ControlAnswer(f"{a.label} · {load.name}" if a.per_load else a.label, load.measured.control)
         for a in ctx.deployments()
-        if a.measured.control is not None
+        for load in a.loads
+        if load.measured.control is not None
     ]
 
 

@@ -1,8 +1,10 @@
 """Pull or recompute, and from which history length on? (every deployment with both flows)
 
 The measured crossover with its 95% interval (``saving_curve``), the paired saving per
-history length with its interval, the two predictions, and the ``kv_recompute_threshold``
-to set (``deployment.advise_threshold``).
+history length with its interval, the predictions (the fits, first principles, and P's
+spent costs with whether it lies inside the measured interval), and the
+``kv_recompute_threshold`` to set (``deployment.advise_threshold``). A deployment measured
+at several concurrencies gets one answer per load, each naming it ("at concurrency 4: ...").
 """
 
 from __future__ import annotations
@@ -13,9 +15,10 @@ from typing import Any
 import numpy as np
 
 from analysis import plotkit
-from analysis.deployment import Context, DeploymentAnalysis
+from analysis.deployment import Context, DeploymentAnalysis, LoadAnalysis, ThresholdAdvice
 from analysis.fmt import pct, tokens
-from analysis.pull_recompute import flow_levels
+from analysis.predict import relative_gap
+from analysis.pull_recompute import Measured, flow_levels
 from analysis.question import Note, PlotSpec, Question
 from analysis.saving_curve import Shape
 from analysis.stats import Status
@@ -26,9 +29,26 @@ CELLS_SHOWN = 6  # per-length savings on the console line (all in the report)
 @dataclass
 class CrossoverAnswer:
     a: DeploymentAnalysis
+    load: LoadAnalysis | None = None  # None or the only one: the deployment's measurement
+
+    @property
+    def m(self) -> Measured:
+        return self.load.measured if self.load else self.a.measured
+
+    @property
+    def advice(self) -> ThresholdAdvice:
+        return self.load.threshold_advice if self.load else self.a.threshold_advice
+
+    @property
+    def at(self) -> str:
+        """``at concurrency 4: `` where the deployment ran several loads, else ''."""
+        return f"at {self.load.name}: " if self.load and self.a.per_load else ""
 
     def headline(self) -> str:
-        c = self.a.measured.crossover
+        return self.at + self._headline()
+
+    def _headline(self) -> str:
+        c = self.m.crossover
         reps = f"{c.repetitions} repetitions, {c.requests:,} paired requests"
         if c.decided and c.shape is Shape.CROSSING:
             return (
@@ -42,20 +62,28 @@ class CrossoverAnswer:
         return f"measured crossover: {c.describe()}"
 
     def predictions(self) -> str:
-        a = self.a
+        a, est = self.a, self.m.crossover.estimate
         parts = []
-        for p, gap, name in (
-            (a.by_fit, a.fit_vs_measured, "the fits"),
-            (a.by_first_principles, a.fp_vs_measured, "first principles"),
-        ):
+        for p, name in ((a.by_fit, "the fits"), (a.by_first_principles, "first principles")):
+            gap = relative_gap(p, est)
             vs = f", {pct(gap)} vs measured" if gap is not None else ""
             if a.transfer_lent_by:  # another run dir's bench records: say whose
                 vs += f" (transfer from the transfer-bench records of {a.transfer_lent_by})"
             parts.append(f"{p.describe()} by {name}{vs}")
         return "; ".join(parts)
 
+    def spent(self) -> str:
+        """The prediction from P's spent costs beside the measured, '' without a split."""
+        load = self.load
+        if load is None or load.spent.shape is Shape.NO_DATA:
+            return ""
+        return (
+            f"predicted by P's spent costs: {load.spent.describe()} "
+            f"({load.spent.costs_text()}): {load.check.text()}"
+        )
+
     def savings(self, limit: int | None = CELLS_SHOWN) -> str:
-        cells = self.a.measured.cells
+        cells = self.m.cells
         shown = cells if limit is None or len(cells) <= limit else cells[:: -(-len(cells) // limit)]
         return "; ".join(f"{c.x:,.0f}: {c.saving.interval('{:,.0f}')}" for c in shown)
 
@@ -63,25 +91,32 @@ class CrossoverAnswer:
         a = self.a
         out = [
             f"{a.label}: {self.headline()}. Predicted: {self.predictions()}.\n"
-            f"  recommended kv_recompute_threshold: {a.threshold_advice.text()}"
+            f"  recommended kv_recompute_threshold: {self.advice.text()}"
         ]
-        if a.measured.cells:
+        if self.spent():
+            out[0] += f"\n  {self.spent()}"
+        if self.m.cells:
             out[0] += f"\n  saving of pull (recompute - pull, 95% CI) at history: {self.savings()}"
         return out
 
     def tables(self) -> dict[str, list[dict[str, Any]]]:
-        a, c = self.a, self.a.measured.crossover
+        a, c = self.a, self.m.crossover
+        est = c.estimate
+        load = self.load
         row = {
             "deployment": a.label,
+            **({"concurrency": load.concurrency} if load and a.per_load else {}),
             "measured crossover": c.describe(),
             "verdict": c.status.value,
             "repetitions": c.repetitions,
             "paired requests": c.requests,
             "by fits": a.by_fit.describe(),
-            "fits vs measured": pct(a.fit_vs_measured),
+            "fits vs measured": pct(relative_gap(a.by_fit, est)),
             "by first principles": a.by_first_principles.describe(),
-            "FP vs measured": pct(a.fp_vs_measured),
-            "recommended threshold": a.threshold_advice.text(),
+            "FP vs measured": pct(relative_gap(a.by_first_principles, est)),
+            "by P's spent costs": load.spent.describe() if load else "–",
+            "spent costs vs measured": load.check.text() if load else "–",
+            "recommended threshold": self.advice.text(),
         }
         cells = [
             {
@@ -98,17 +133,19 @@ class CrossoverAnswer:
                 "requests": cell.saving.requests,
                 "why": cell.saving.why(),
             }
-            for cell in a.measured.cells
+            for cell in self.m.cells
         ]
         return {"crossover": [row], "savings": cells}
 
     def to_dict(self) -> dict[str, Any]:
-        a = self.a
-        curve = a.measured.curve
+        a, load, est = self.a, self.load, self.m.crossover.estimate
+        curve = self.m.curve
         return {
             "deployment_id": a.deployment_id,
             "label": a.label,
-            "measured": a.measured.crossover.to_dict(),
+            "concurrency": load.concurrency if load else None,
+            "per_load": a.per_load,
+            "measured": self.m.crossover.to_dict(),
             "curve": None
             if curve is None
             else {
@@ -117,14 +154,16 @@ class CrossoverAnswer:
                 "degree": curve.degree,
                 "alpha_ms": curve.alpha_ms(),
             },
-            "savings": [cell.to_dict() for cell in a.measured.cells],
+            "savings": [cell.to_dict() for cell in self.m.cells],
             "predicted_fit": a.by_fit.to_dict(),
             "predicted_first_principles": a.by_first_principles.to_dict(),
-            "fit_vs_measured_rel": a.fit_vs_measured,
-            "first_principles_vs_measured_rel": a.fp_vs_measured,
+            "predicted_spent_costs": load.spent.to_dict() if load else None,
+            "spent_costs_check": load.check.to_dict() if load else None,
+            "fit_vs_measured_rel": relative_gap(a.by_fit, est),
+            "first_principles_vs_measured_rel": relative_gap(a.by_first_principles, est),
             "fit_saving_rms_error_ms": a.fit_rms_ms,
             "first_principles_saving_rms_error_ms": a.fp_rms_ms,
-            "recommended_kv_recompute_threshold": a.threshold_advice.to_dict(),
+            "recommended_kv_recompute_threshold": self.advice.to_dict(),
             "text": self.lines()[0],
         }
 
@@ -133,10 +172,15 @@ def answer(ctx: Context) -> list[Any]:
     out: list[Any] = []
     rest = []
     for a in ctx.deployments():
-        if a.measured.crossover.shape is Shape.NO_DATA and not a.measured.cells:
+        if a.per_load:
+            out.extend(CrossoverAnswer(a, load) for load in a.loads)
+            said = validated_at(a.loads)
+            if said:
+                out.append(Note(f"{a.label}: {said}", {"deployment_id": a.deployment_id}))
+        elif a.measured.crossover.shape is Shape.NO_DATA and not a.measured.cells:
             rest.append(a)
         else:
-            out.append(CrossoverAnswer(a))
+            out.append(CrossoverAnswer(a, a.loads[0] if a.loads else None))
     if rest:  # deployments without both flows: one shared note
         reasons = sorted({a.measured.crossover.reason or "no data" for a in rest})
         text = (
@@ -147,20 +191,42 @@ def answer(ctx: Context) -> list[Any]:
     return out
 
 
-def measured(answers: list[Any]) -> list[DeploymentAnalysis]:
-    return [x.a for x in answers if isinstance(x, CrossoverAnswer)]
+def validated_at(loads: list[LoadAnalysis]) -> str:
+    """At which loads P's spent costs predicted the crossover inside its measured interval
+    ('' when they predicted nothing)."""
+    groups: dict[bool | None, list[str]] = {}
+    for load in loads:
+        if load.spent.shape is not Shape.NO_DATA:
+            groups.setdefault(load.check.validated, []).append(str(load.concurrency))
+    if not groups:
+        return ""
+    names = {
+        True: "inside the measured 95% interval (validated)",
+        False: "outside it",
+        None: "not checked (no decided crossover)",
+    }
+    parts = [f"{names[k]} at concurrency {', '.join(groups[k])}" for k in names if k in groups]
+    return "P's spent costs predict the crossover " + "; ".join(parts)
+
+
+def panels(answers: list[Any], ctx: Context) -> list[CrossoverAnswer]:
+    """One plot panel per answer (a deployment, or one of its loads)."""
+    mine = [x for x in answers if isinstance(x, CrossoverAnswer)]
+    return mine or [CrossoverAnswer(a) for a in ctx.deployments()]
 
 
 def ttft_vs_history(plt, answers: list[Any], ctx: Context):
     """Mean TTFT per flow at each turn >= 2's history length, with 95% intervals."""
-    deps = measured(answers) or ctx.deployments()
-    levels = {a.deployment_id: flow_levels(ctx.requests, a.deployment_id) for a in deps}
-    levels = {k: v[v["turn"] >= 2] for k, v in levels.items()}
-    if not any(v["x"].nunique() >= 2 for v in levels.values()):
+    shown = panels(answers, ctx)
+    levels = []
+    for x in shown:
+        req = x.load.requests(ctx.requests) if x.load else ctx.requests
+        lv = flow_levels(req, x.a.deployment_id)
+        levels.append(lv[lv["turn"] >= 2])
+    if not any(v["x"].nunique() >= 2 for v in levels):
         return None
-    fig, axes = plotkit.grid(plt, len(deps))
-    for ax, a in zip(axes, deps, strict=True):
-        rows = levels[a.deployment_id]
+    fig, axes = plotkit.grid(plt, len(shown))
+    for ax, x, rows in zip(axes, shown, levels, strict=True):
         for flow in plotkit.ordered(rows["flow"]):
             f = rows[rows["flow"] == flow].sort_values("x")
             plotkit.errorbars(
@@ -174,12 +240,12 @@ def ttft_vs_history(plt, answers: list[Any], ctx: Context):
                 color=plotkit.FLOW_COLORS.get(flow),
                 label=flow,
             )
-        c = a.measured.crossover
+        c = x.m.crossover
         if c.estimate is not None and c.shape in (Shape.CROSSING, Shape.FALLING):
             ax.axvline(c.estimate, ls="--", color="k", lw=1, label="measured crossover")
             plotkit.crossover_span(ax, c)
         plotkit.x_scale(ax, rows["x"])
-        ax.set_title(a.label, fontsize=10)
+        ax.set_title(x.a.label + (f" · {x.load.name}" if x.at else ""), fontsize=10)
         ax.set_xlabel("history length at the turn (tokens)")
         ax.set_ylabel("mean TTFT (ms)")
         ax.grid(alpha=0.3)
@@ -191,17 +257,17 @@ def ttft_vs_history(plt, answers: list[Any], ctx: Context):
 
 def saving(plt, answers: list[Any], ctx: Context):
     """The paired saving per length with its interval, the fitted curve and its band."""
-    deps = [a for a in measured(answers) if a.measured.cells]
-    if not deps:
+    shown = [x for x in answers if isinstance(x, CrossoverAnswer) and x.m.cells]
+    if not shown:
         return None
-    fig, axes = plotkit.grid(plt, len(deps), width=6.0, height=3.9)
-    for ax, a in zip(axes, deps, strict=True):
-        cells = a.measured.cells
+    fig, axes = plotkit.grid(plt, len(shown), width=6.0, height=3.9)
+    for ax, a in zip(axes, shown, strict=True):
+        cells = a.m.cells
         x = np.array([c.x for c in cells])
         est = np.array([c.saving.estimate for c in cells])
         low = np.array([c.saving.low for c in cells])
         high = np.array([c.saving.high for c in cells])
-        curve = a.measured.curve
+        curve = a.m.curve
         if curve is not None:
             ax.plot(curve.grid, curve.fit, "-", color="tab:blue", lw=1.2, label="fitted saving")
             plotkit.band(ax, curve.grid, curve.low, curve.high, "tab:blue", "95% band")
@@ -209,10 +275,10 @@ def saving(plt, answers: list[Any], ctx: Context):
             ax, x, est, low, high, fmt="o", ms=4, color="k", label="measured (per length and turn)"
         )
         ax.axhline(0.0, color="k", lw=0.8)
-        c = a.measured.crossover
+        c = a.m.crossover
         if c.shape is not Shape.NO_DATA and c.status is not Status.UNDETERMINED:
             plotkit.crossover_span(ax, c)
-        ax.set_title(f"{a.label}\n{c.short()}", fontsize=8)
+        ax.set_title(f"{a.a.label}\n{a.at}{c.short()}", fontsize=8)
         logx = plotkit.log_x(ax, x)
         # linear near 0 (where the sign changes), log beyond: both ends readable
         shortest = np.abs(np.concatenate([low[:3], high[:3]]))

@@ -1,0 +1,108 @@
+"""The crossover per offered load (a swept ``workload.concurrencies``), never pooled, and the
+saving curve on the lengths a search picks (many, log-spaced, few repetitions each)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from analysis.deployment import Context
+from analysis.question import Note
+from analysis.questions import control, crossover
+from analysis.saving_curve import Shape
+from analysis.stats import Status
+from analysis.synthetic import Noise, SyntheticDeployment
+from tests.unit.synthetic_loads import at_load, load_run
+
+pytestmark = pytest.mark.unit
+
+DEP = SyntheticDeployment(c0_s=0.005, c2_s=3e-8, alpha_s=0.04)  # crossover ~881 tokens
+LOADS = {1: DEP, 8: at_load(DEP, 2.5)}  # P recomputes 2.5x slower at 8 in flight: ~390
+LENGTHS = (128, 256, 512, 768, 1024, 1536, 2048)
+
+
+@pytest.fixture(scope="module")
+def two_loads():
+    ctx = Context.of(load_run(LOADS, LENGTHS, repetitions=4, noise=0.05, seed=3))
+    (a,) = ctx.deployments()
+    return ctx, a
+
+
+def test_each_load_has_its_own_crossover_inside_its_interval(two_loads):
+    _, a = two_loads
+    assert a.per_load and [x.concurrency for x in a.loads] == [1, 8]
+    truths = [LOADS[x.concurrency].exact_crossover() for x in a.loads]
+    assert truths[1] < 0.6 * truths[0]
+    for load, truth in zip(a.loads, truths, strict=True):
+        c = load.measured.crossover
+        assert c.decided and c.shape is Shape.CROSSING and c.low <= truth <= c.high
+        assert load.threshold_advice.value % 16 == 0
+        assert load.threshold_advice.value >= c.estimate
+    low, high = (x.measured.crossover for x in a.loads)
+    assert high.high < low.low  # two answers, apart: nothing pooled
+    # the deployment's own verdict pools nothing: it points to the loads
+    assert a.measured.crossover.shape is Shape.NO_DATA and "per load" in a.measured.crossover.reason
+    assert a.threshold_advice.value is None and a.threshold_advice.status is Status.UNDETERMINED
+
+
+def test_a_load_alone_gives_the_same_answer_as_in_the_sweep(two_loads):
+    _, a = two_loads
+    ctx = Context.of(load_run({8: LOADS[8]}, LENGTHS, repetitions=4, noise=0.05, seed=3))
+    (alone,) = ctx.deployments()
+    assert not alone.per_load and [x.concurrency for x in alone.loads] == [8]
+    swept = a.loads[1].measured.crossover
+    assert alone.measured.crossover.estimate == pytest.approx(swept.estimate, rel=1e-9)
+    assert (alone.measured.crossover.low, alone.measured.crossover.high) == (swept.low, swept.high)
+
+
+def test_one_answer_line_per_load_naming_it(two_loads):
+    ctx, a = two_loads
+    answers = crossover.answer(ctx)
+    per_load = [x for x in answers if isinstance(x, crossover.CrossoverAnswer)]
+    assert [x.load.concurrency for x in per_load] == [1, 8]
+    for x in per_load:
+        line = x.lines()[0]
+        c = x.load.measured.crossover
+        head = f"{a.label}: at concurrency {x.load.concurrency}: pull beats recompute above "
+        assert line.startswith(head + f"{c.estimate:,.0f} tokens of history, 95% CI [")
+        assert f"kv_recompute_threshold: {x.load.threshold_advice.value:,} tokens" in line
+        d = x.to_dict()
+        assert d["concurrency"] == x.load.concurrency and d["per_load"]
+        assert d["measured"]["tokens"] == c.estimate
+        assert x.tables()["crossover"][0]["concurrency"] == x.load.concurrency
+    (note,) = [x for x in answers if isinstance(x, Note)]
+    assert "at concurrency" in note.text
+    # the A/A control per load too
+    checks = control.answer(ctx)
+    assert [c.label for c in checks] == [f"{a.label} · concurrency {n}" for n in (1, 8)]
+    assert all(not c.invalid for c in checks)
+
+
+def test_one_load_reads_as_before():
+    ctx = Context.of(load_run({4: DEP}, LENGTHS, repetitions=3, noise=0.05))
+    (x,) = [y for y in crossover.answer(ctx) if isinstance(y, crossover.CrossoverAnswer)]
+    assert x.at == "" and x.lines()[0].startswith(f"{x.a.label}: pull beats recompute above")
+    assert x.m is x.a.measured and x.advice is x.a.threshold_advice
+    (c,) = control.answer(ctx)
+    assert c.label == x.a.label
+
+
+SEARCHED = (16, 40, 100, 250, 600, 1500, 4000, 700, 800, 900, 1000, 1100)
+
+
+def test_lengths_a_search_picks_give_a_sensible_curve_and_cells():
+    noise = Noise(request=0.1, wave=0.1, point=0.05)
+    ctx = Context.of(load_run({1: DEP}, SEARCHED, repetitions=3, noise=noise, seed=11))
+    (a,) = ctx.deployments()
+    m, truth = a.measured, DEP.exact_crossover()
+    assert sorted({cell.history for cell in m.cells}) == sorted(SEARCHED)
+    assert all(np.isfinite(cell.saving.low) and cell.saving.repetitions == 3 for cell in m.cells)
+    curve = m.curve
+    assert curve.x_min == pytest.approx(16 + 80) and curve.x_max == pytest.approx(4000 + 80)
+    assert np.all(curve.low <= curve.fit) and np.all(curve.fit <= curve.high)
+    assert np.all(np.isfinite(curve.low)) and not curve.undetermined
+    c = m.crossover
+    assert c.decided and c.shape is Shape.CROSSING and c.low <= truth <= c.high
+    assert c.high - c.low < 0.5 * truth  # the lengths near it narrow it
+    spent = a.loads[0].spent
+    assert spent.shape is Shape.CROSSING and spent.crossover.low <= truth <= spent.crossover.high
