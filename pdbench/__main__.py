@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import sys
 
-from pdbench.help import help_page, help_requested
+from pdbench.help import help_page, help_requested, version_requested, version_text
 
 if __name__ == "__main__":
     if help_requested(sys.argv[1:]):
         print(help_page())
+    elif version_requested(sys.argv[1:]):
+        print(version_text())
     else:
         from pdbench.cli import main
 

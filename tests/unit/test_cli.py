@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -166,6 +167,25 @@ def test_help_is_pdbench_s_own_page_and_imports_nothing_heavy():
     assert "cluster     debug, h100_8gpu, local*, slurm" in page
     assert "base_" not in page
     assert "--hydra-help" in page
+
+
+def test_version_is_pdbench_s_with_the_vllm_and_nixl_it_finds():
+    code = (
+        "import runpy, sys; sys.argv = ['pdbench', '--version']; "
+        "runpy.run_module('pdbench', run_name='__main__'); "
+        "print(sorted(m for m in ('torch', 'vllm', 'nixl', 'hydra') if m in sys.modules))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert out.returncode == 0, out.stderr
+    line, imported = out.stdout.splitlines()
+    assert imported == "[]" and "Hydra" not in line
+    assert re.match(r"pdbench \S+ \((vllm(-cpu)? \S+|no vLLM); (nixl \S+|no NIXL); python ", line)
 
 
 def test_help_lists_every_command_verb():
