@@ -7,7 +7,8 @@ interval. The fastest flow is *decided* only when every one of those intervals e
 0; otherwise the answer names the flows it cannot tell apart. For ``decode_first`` the
 routes its turns >= 2 took are counted (``by_turn[].paths``), and for ``pull`` and
 ``decode_first`` the turns the router recomputed because the prompt no longer began with
-D's tokens (``recompute_diverged``: the client edited the history).
+D's tokens (``recompute_diverged``: the client edited the history) or because D's lease on
+the history had run out (``recompute_expired``: the TTL too short for the load's waves).
 
 Asked where a deployment ran three or more flows, or two or more flows on two or more
 kinds: a two-flow pull-vs-recompute sweep is the crossover's question.
@@ -32,6 +33,7 @@ from analysis.stats import Verdict
 
 BASELINES = ("agg", "recompute")
 DIVERGED = "recompute_diverged"  # the router's route when the prompt left D's tokens
+EXPIRED = "recompute_expired"  # the router's route when D's lease had run out
 
 
 @dataclass
@@ -47,6 +49,8 @@ class FlowsAnswer:
     routes: dict[str, int] = field(default_factory=dict)  # decode_first, turns >= 2
     # flow -> (turns >= 2 recomputed because the history was edited, turns >= 2)
     diverged: dict[str, tuple[int, int]] = field(default_factory=dict)
+    # flow -> (turns >= 2 recomputed because D's lease on the history had run out, turns >= 2)
+    expired: dict[str, tuple[int, int]] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
 
     @property
@@ -92,6 +96,11 @@ class FlowsAnswer:
                 f"{flow}: {n} of {total} turns ({LATER}) recomputed, not pulled: the prompt no "
                 "longer began with the tokens D held (history edited; recompute_diverged)"
             )
+        for flow, (n, total) in self.expired.items():
+            tail.append(
+                f"{flow}: {n} of {total} turns ({LATER}) recomputed, not pulled: D's lease on "
+                "the history had run out (recompute_expired; raise flow.decoder_kv_blocks_ttl_s)"
+            )
         tail += self.notes
         return [head + "".join(f"\n  {t}" for t in tail)]
 
@@ -129,6 +138,7 @@ class FlowsAnswer:
             "versus_fastest": {f: v.to_dict() for f, v in self.versus.items()},
             "decode_first_routes": self.routes,
             "recompute_diverged": {f: {"turns": n, "of": t} for f, (n, t) in self.diverged.items()},
+            "recompute_expired": {f: {"turns": n, "of": t} for f, (n, t) in self.expired.items()},
             "text": self.lines()[0],
         }
 
@@ -199,11 +209,13 @@ def _answer(data: RunData, dep_id: str, kind: str, pts: pd.DataFrame, rows) -> F
     missing = [f for f in plotkit.ordered(pts["flow"]) if f not in flows]
     notes = [f"no ok requests of {LATER} for {', '.join(missing)}"] if missing else []
     df_ids = pts[pts["flow"] == "decode_first"]["point_id"]
-    diverged = {}
+    diverged, expired = {}, {}
     for flow in ("pull", "decode_first"):
         taken = routes(data, pts[pts["flow"] == flow]["point_id"])
         if taken.get(DIVERGED):
             diverged[flow] = (taken[DIVERGED], sum(taken.values()))
+        if taken.get(EXPIRED):
+            expired[flow] = (taken[EXPIRED], sum(taken.values()))
     return FlowsAnswer(
         deployment_id=dep_id,
         label=deployment_label(dep_id, data.points),
@@ -215,6 +227,7 @@ def _answer(data: RunData, dep_id: str, kind: str, pts: pd.DataFrame, rows) -> F
         flagged=flagged,
         routes=routes(data, df_ids) if len(df_ids) else {},
         diverged=diverged,
+        expired=expired,
         notes=notes,
     )
 

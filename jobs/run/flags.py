@@ -120,3 +120,17 @@ def handoff_flags(router_stats: dict) -> list[str]:
         "missing_params): the conversation's next turn recomputed its history instead "
         "of pulling it (check D's log for the pdbench KV-params service)"
     ]
+
+
+def expired_lease_flags(router_stats: dict, ttl_s: int) -> list[str]:
+    """Pull / decode-first turns the router recomputed because D's lease on their history
+    had run out (route ``recompute_expired``): the Point's "pull" is partly a recompute."""
+    expired = int(router_stats.get("expired_leases", 0) or 0)
+    if not expired:
+        return []
+    return [
+        f"{expired} turn(s) were recomputed, not pulled: D's lease on their history "
+        f"(flow.decoder_kv_blocks_ttl_s={ttl_s}) left P no time to pull when they came "
+        "(router recompute_expired); this Point's pull TTFT mixes in recomputes (raise the "
+        "TTL past the time between a conversation's turns at this load)"
+    ]

@@ -100,6 +100,7 @@ def measure_point(
         *flags.transfer_flags(result.transfer, dep.server.kv_load_failure_policy, dep.transport),
         *flags.kv_load_flags("".join(stretch.values())),
         *flags.handoff_flags(result.router),
+        *flags.expired_lease_flags(result.router, dep.flow.decoder_kv_blocks_ttl_s),
     ]
     result.trace_files = sorted(
         str(p.relative_to(store.root)) for p in Path(ran.traces_dir).glob("*.jsonl")

@@ -450,3 +450,23 @@ def test_turns_recomputed_because_the_history_was_edited_are_counted_in_the_answ
     assert a.diverged == {"pull": (3, 12)}  # turn 2 of 3 repetitions, of 2 turns x 2 x 3
     assert "pull: 3 of 12 turns (turns >= 2) recomputed, not pulled" in a.lines()[0]
     assert a.to_dict()["recompute_diverged"] == {"pull": {"turns": 3, "of": 12}}
+    assert a.expired == {} and a.to_dict()["recompute_expired"] == {}
+
+
+def test_turns_recomputed_because_ds_lease_ran_out_are_counted_in_the_answer(tmp_path):
+    """A pull turn whose D lease had run out was recomputed by the router
+    (``recompute_expired``): the answer counts them per flow and never calls them pulled."""
+    root = write_synthetic_run(tmp_path / "run", histories=(0,), turns=3, flows=FLOWS, bench=False)
+    for path in (root / "points").glob("*.json"):
+        point = json.loads(path.read_text())
+        if point["flow"] != "pull":
+            continue
+        for row in point["by_turn"]:
+            if row["turn"] == 3:  # the wave before outlived the lease of one conversation
+                row["paths"] = {"pull": 1, "recompute_expired": 1}
+        path.write_text(json.dumps(point))
+    _, q = answered([root])
+    (a,) = q["flows"].answers
+    assert a.expired == {"pull": (3, 12)} and a.diverged == {}
+    assert "pull: 3 of 12 turns (turns >= 2) recomputed, not pulled: D's lease" in a.lines()[0]
+    assert a.to_dict()["recompute_expired"] == {"pull": {"turns": 3, "of": 12}}

@@ -136,3 +136,11 @@ def test_expired_unread_leases_count_only_this_points_requests():
         [line.format(tag="p1", n=0), line.format(tag="p1", n=1), line.format(tag="p2", n=0)]
     )
     assert expired_unread_leases(text, "p1") == 1
+
+
+def test_turns_recomputed_because_ds_lease_ran_out_flag_the_point():
+    assert flags.expired_lease_flags({}, 15) == []
+    assert flags.expired_lease_flags({"expired_leases": 0}, 15) == []
+    (expired,) = flags.expired_lease_flags({"expired_leases": 4, "paths": {"pull": 8}}, 15)
+    assert expired.startswith("4 turn(s) were recomputed, not pulled")
+    assert "flow.decoder_kv_blocks_ttl_s=15" in expired and "recompute_expired" in expired
