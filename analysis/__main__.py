@@ -8,7 +8,8 @@ Every comparison carries its 95% confidence interval, or says "inconclusive" and
 many repetitions would decide it; a run whose A/A control (turn 1) fails is marked INVALID.
 
 Outputs go to ``<first RUN_DIR>/analysis/`` (``--out`` to change): summary.json,
-report.html, PNG plots, tables/*.csv. Several run dirs are analysed together (e.g. a
+policy.json (when a crossover was measured: ``analysis/policy.py``), report.html, PNG
+plots, tables/*.csv. Several run dirs are analysed together (e.g. a
 crossover sweep and a transfer-bench run). Exit status: 0 analysed, 1 no Point records
 found (outputs still written, saying so), 2 bad arguments, 3 corrupt records found (named;
 outputs still written without them; ``--skip-corrupt`` exits 0 instead).
@@ -100,6 +101,8 @@ def main(argv: list[str] | None = None) -> int:
                 "run dir too for bandwidth plots"
             )
     print(f"report: {out.report}")
+    if out.policy:
+        print(f"policy: {out.policy}")
     if args.wandb or args.wandb_report:
         msg = log_to_wandb(
             out,

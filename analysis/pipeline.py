@@ -1,6 +1,7 @@
 """Load -> answer every question -> write: the outputs of ``python -m analysis`` in ``<out>/``.
 
 ``<out>/summary.json`` (the answer, every question's verdicts with their intervals, notes),
+``<out>/policy.json`` beside it when a crossover was measured (``policy``: for a router),
 ``<out>/report.html`` (self-contained), ``<out>/*.png`` and ``<out>/tables/*.csv`` (the
 loaded dataframes).
 """
@@ -12,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from analysis import report
+from analysis import policy, report
 from analysis.answer import summary_dict
 from analysis.deployment import Context
 from analysis.load import Progress, RunData, load_runs
@@ -29,6 +30,7 @@ class Outputs:
     summary: dict[str, Any]
     report: Path
     plots: list[Path]
+    policy: Path | None = None  # policy.json, when a crossover was measured
 
     @property
     def data(self) -> RunData:
@@ -57,7 +59,9 @@ def run_analysis(
     made = make_plots(ctx, answered, out, progress)
     summary = summary_dict(data, answered, [p.path.name for p in made])
     (out / "summary.json").write_text(json.dumps(summary, indent=1))
+    found = policy.policy_of(ctx)
+    policy_path = policy.write(out / policy.FILE_NAME, found) if found else None
     write_tables(data, out)
     html_path = out / "report.html"
     html_path.write_text(report.render(ctx, answered, made))
-    return Outputs(out, ctx, answered, summary, html_path, [p.path for p in made])
+    return Outputs(out, ctx, answered, summary, html_path, [p.path for p in made], policy_path)
