@@ -13,6 +13,14 @@ Arguments (key=value):
   overhead_ms     fixed TTFT cost common to both flows, ms (default 0)
   kv_dtype        KV-cache dtype, if not the model's (e.g. fp8)
   at              history lengths for the speedup table (default 1024,8192,32768)
+  policy          a policy.json (``python -m analysis`` wrote it for a measured run): its
+                  calibrated fixed cost per pull (t0, what P really spends) becomes alpha and
+                  its measured recompute rate (R_eff) prefill_tok_s, unless those are given;
+                  model defaults to the policy's
+  deployment      with policy: which of its deployments (id, or a part of its label) when
+                  it holds several
+  concurrency     with policy: the load whose recompute rate to use (its band; default
+                  the lowest measured)
 
 Each argument once; numbers finite, rates and lengths > 0, alpha and overhead >= 0 (an
 error names the argument; exit status 2).
@@ -21,14 +29,16 @@ Model: computing ``h`` history tokens costs their FLOPs (``analysis.model_cost``
 ``prefill_tok_s x FLOPs per short-prompt token``; pulling them costs ``alpha + h x KV bytes
 per token / bandwidth``. The fixed cost per pull (alpha) is the least measured input (the
 transfer fit's intercept, or a guess), so the answer is also shown for alphas around it.
+The output says which inputs were measured (from a policy.json), given, or assumed.
 """
 
 from __future__ import annotations
 
 import math
 import sys
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
+from analysis import policy as policy_file
 from analysis.model_cost import ModelShape, known_shapes
 from analysis.predict import first_principles_saving, predicted_crossover
 from analysis.saving_curve import Shape
@@ -44,6 +54,9 @@ KEYS = (
     "overhead_ms",
     "kv_dtype",
     "at",
+    "policy",
+    "deployment",
+    "concurrency",
 )
 
 
@@ -55,6 +68,7 @@ class WhatIf:
     alpha_s: float = 0.0
     new_tokens: int = 64
     overhead_s: float = 0.0
+    sources: dict[str, str] = field(default_factory=dict)  # input -> where it came from
 
     @property
     def flops_per_s(self) -> float:
@@ -119,8 +133,12 @@ def parse(argv: list[str]) -> tuple[WhatIf, list[int]]:
         args[key] = value
     if "bandwidth_gb_s" in args and "bandwidth_gbps" in args:
         raise ValueError("give one of bandwidth_gbps (Gbit/s) or bandwidth_gb_s (GB/s), not both")
+    for key in ("deployment", "concurrency"):
+        if key in args and "policy" not in args:
+            raise ValueError(f"{key}= chooses within a policy: give policy=<policy.json> too")
+    calibrated = calibration(args) if "policy" in args else None
     shapes = known_shapes()
-    name = args.get("model", "")
+    name = args.get("model", calibrated.model if calibrated else "")
     if name not in shapes:
         raise ValueError(f"model={name!r} unknown; known: {', '.join(sorted(shapes))}")
     shape = shapes[name]
@@ -136,21 +154,100 @@ def parse(argv: list[str]) -> tuple[WhatIf, list[int]]:
         bandwidth = _number(args, "bandwidth_gbps", None, 0.0, True) * 1e9 / 8
     else:
         raise ValueError("give bandwidth_gbps=<Gbit/s> or bandwidth_gb_s=<GB/s>")
-    if "prefill_tok_s" not in args:
+    sources = {"bandwidth": "given (the fabric asked about: not measured)"}
+    if "prefill_tok_s" in args:
+        prefill = _number(args, "prefill_tok_s", None, 0.0, True)
+        sources["prefill rate"] = "given"
+    elif calibrated and calibrated.tokens_per_s:
+        prefill, sources["prefill rate"] = calibrated.rate_for(shapes, name)
+    else:
         raise ValueError("give prefill_tok_s=<tokens/s of one prefill instance>")
+    if "alpha_ms" in args or not (calibrated and calibrated.t0_ms is not None):
+        alpha_ms = _number(args, "alpha_ms", 0.0, 0.0, False)
+        sources["alpha"] = "given" if "alpha_ms" in args else "assumed (0: no fixed cost)"
+    else:
+        alpha_ms = max(calibrated.t0_ms, 0.0)
+        sources["alpha"] = calibrated.t0_source
     new_tokens = _number(args, "new_tokens", 64, 0.0, True)
     if new_tokens != int(new_tokens):
         raise ValueError(f"new_tokens={args['new_tokens']} must be a whole number of tokens")
+    sources["new tokens, overhead"] = (
+        "given" if {"new_tokens", "overhead_ms"} & set(args) else ("assumed (defaults)")
+    )
     w = WhatIf(
         shape=shape,
         bandwidth_bytes_per_s=bandwidth,
-        prefill_tok_s=_number(args, "prefill_tok_s", None, 0.0, True),
-        alpha_s=_number(args, "alpha_ms", 0.0, 0.0, False) / 1e3,
+        prefill_tok_s=prefill,
+        alpha_s=alpha_ms / 1e3,
         new_tokens=int(new_tokens),
         overhead_s=_number(args, "overhead_ms", 0.0, 0.0, False) / 1e3,
+        sources=sources if calibrated else {},
     )
     at = _lengths("at", args.get("at", "1024,8192,32768"))
     return w, at
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """What a policy.json measured for one deployment at one load."""
+
+    model: str
+    where: str  # "policy.json (deployment ..., concurrency 4)"
+    t0_ms: float | None
+    t0_text: str
+    tokens_per_s: float | None
+    rate_text: str
+
+    @property
+    def t0_source(self) -> str:
+        clamp = " (negative: taken as 0)" if (self.t0_ms or 0.0) < 0 else ""
+        return f"measured: P's fixed cost per pull, t0 {self.t0_text} ms, {self.where}{clamp}"
+
+    def rate_for(self, shapes: dict[str, ModelShape], model: str) -> tuple[float, str]:
+        """The measured rate for ``model``: as measured on its own model, else the same
+        FLOP/s on this model's FLOPs per token (an assumption, said so)."""
+        head = f"measured: P's recompute rate R_eff {self.rate_text} tok/s, {self.where}"
+        mine = shapes.get(self.model)
+        if model == self.model or mine is None:
+            return float(self.tokens_per_s), head
+        flops = self.tokens_per_s * mine.flops_per_token(0.0)
+        return flops / shapes[model].flops_per_token(0.0), (
+            f"{head}, rescaled from {self.model} to {model} by FLOPs per token (assumed)"
+        )
+
+
+def calibration(args: dict[str, str]) -> Calibration:
+    """The policy's deployment and load that ``args`` choose (``policy``, ``deployment``,
+    ``concurrency``); ValueError names what is missing."""
+    pol = policy_file.read(args["policy"])
+    deps = pol.deployments
+    want = args.get("deployment")
+    if want is not None:
+        deps = [d for d in deps if want == d.deployment_id or want in d.label]
+    if len(deps) != 1:
+        names = ", ".join(d.deployment_id for d in pol.deployments) or "none"
+        how = f"deployment={want!r} matches {len(deps)}" if want else f"it holds {len(deps)}"
+        raise ValueError(f"policy={args['policy']}: {how} deployments; give deployment=<one of "
+                         f"{names}>")  # fmt: skip
+    dep = deps[0]
+    rates = sorted(dep.recompute_rate, key=lambda r: r.concurrency or 0)
+    if "concurrency" in args:
+        level = _number(args, "concurrency", None, 0.0, True)
+        band = dep.band(int(level))
+        conc = band.concurrency if band else None
+        rates = [r for r in rates if r.concurrency == conc] or rates
+    rate = rates[0] if rates else None
+    where = f"{args['policy']} ({dep.deployment_id}"
+    where += f", concurrency {rate.concurrency})" if rate and rate.concurrency else ")"
+    t0 = dep.pull_cost.t0_ms if dep.pull_cost else None
+    return Calibration(
+        model=dep.model,
+        where=where,
+        t0_ms=t0.value if t0 else None,
+        t0_text=t0.text("{:,.2f}") if t0 else "",
+        tokens_per_s=rate.tokens_per_s.value if rate else None,
+        rate_text=rate.tokens_per_s.text() if rate else "",
+    )
 
 
 def alpha_sweep(w: WhatIf) -> list[float]:
@@ -204,8 +301,12 @@ def report(w: WhatIf, at: list[int]) -> list[str]:
     for alpha in alpha_sweep(w):
         c = crossover_at(w, alpha)
         text = f"{c.tokens:,.0f}" if c.shape is Shape.CROSSING else c.describe()
-        mark = "  <- given" if alpha == w.alpha_s else ""
+        used = "measured" if w.sources.get("alpha", "").startswith("measured") else "given"
+        mark = f"  <- {used}" if alpha == w.alpha_s else ""
         lines.append(f"{alpha * 1e3:>9.3f}  {text:>18}{mark}")
+    if w.sources:
+        lines.append("where the inputs came from:")
+        lines += [f"  {part}: {source}" for part, source in w.sources.items()]
     return lines
 
 
