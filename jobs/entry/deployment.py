@@ -16,6 +16,7 @@ from typing import Any
 import submitit
 
 from pdbench.config.schema import TrackingConfig
+from pdbench.plan.crossover_search import SearchPlan
 from pdbench.plan.deployments import Deployment, Point
 from pdbench.spec.launch import DeploymentSpec
 
@@ -29,6 +30,8 @@ class DeploymentJob:
     spec: DeploymentSpec
     tracking: TrackingConfig
     run_config: dict[str, Any]  # the composed config as JSON, for the tracker
+    # The crossover search (no history lengths given): ``points`` is its first pass
+    search: SearchPlan | None = None
     # The task's run while ``__call__`` runs (its live servers): not part of what was
     # submitted, never pickled (``checkpoint`` pickles ``restart()``).
     running: Any = field(default=None, init=False, repr=False, compare=False)
@@ -37,7 +40,7 @@ class DeploymentJob:
         from jobs.run import task  # lazy: node runtime, loaded on the allocation only
 
         self.running = task.DeploymentTask(
-            self.deployment, self.points, self.spec, self.tracking, self.run_config
+            self.deployment, self.points, self.spec, self.tracking, self.run_config, self.search
         )
         return self.running()
 

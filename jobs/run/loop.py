@@ -66,12 +66,16 @@ def measure_points(
     if warm:
         warm_up(dep, warm, router_url, store)
         task.check_leaving()
+    warmed = {(p.flow, p.history_tokens) for p in warm}
     counts = Counts(ran.deployment_id, skipped=len(source.recorded))
     if source.recorded:
         say(f"skipping {len(source.recorded)} Point(s) recorded ok: {', '.join(source.recorded)}")
     measured: list[PointResult] = []
     while (point := source.next_point(measured)) is not None:
         task.check_leaving()
+        if (point.flow, point.history_tokens) not in warmed:  # a length the search chose
+            warm_up(dep, [point], router_url, store)
+            warmed.add((point.flow, point.history_tokens))
         label = source.label(point)
         say(f"point {label} ({point.point_id})")
         result, records = measure_point(serving, point, store, task, label)

@@ -27,11 +27,13 @@ from jobs.run.loop import measure_points
 from jobs.run.next_points import NextPoints, PlannedPoints
 from jobs.run.point import new_record
 from jobs.run.rendezvous import NodeFailed, NodeRendezvous
+from jobs.run.search_points import SearchPoints
 from jobs.run.serve import ServeUntilStopped
 from jobs.run.servers import say, start_servers
 from jobs.run.state import TaskState
 from jobs.serving.server import ServerStartError
 from pdbench.config.schema import TrackingConfig
+from pdbench.plan.crossover_search import SearchPlan
 from pdbench.plan.deployments import Deployment, Point
 from pdbench.results.preflight import read_reports, reports_dir
 from pdbench.results.store import PointStatus, RunStore, write_json_atomic
@@ -48,8 +50,10 @@ class DeploymentTask:
         spec: DeploymentSpec,
         tracking: TrackingConfig,
         run_config: dict[str, Any],
+        search: SearchPlan | None = None,
     ):
         self.deployment = deployment
+        self.search = search
         self.points = points
         self.spec = spec
         self.tracking = tracking
@@ -116,6 +120,8 @@ class DeploymentTask:
         task.ran = ran
         write_json_atomic(store.launch_spec_path(ran.deployment_id), ran.to_dict())
         source: NextPoints = PlannedPoints(self.points, ran.run_order, store)
+        if self.search is not None:  # the first pass, then rounds chosen as it goes
+            source = SearchPoints(self.deployment, self.points, ran.run_order, self.search, store)
         if ran.serve_flow:  # python -m pdbench serve: warm up, then serve until stopped
             source = ServeUntilStopped(self.deployment, self.points, ran, store, task)
         counts = measure_points(

@@ -6,6 +6,7 @@ charged to the first Point of a flow. Its records are kept apart, in
 
 from __future__ import annotations
 
+import json
 import time
 from dataclasses import asdict
 
@@ -40,9 +41,10 @@ def warm_up(dep: Deployment, points: list[Point], router_url: str, store: RunSto
     t0 = time.perf_counter()
     records = run_client(go())
     took = time.perf_counter() - t0
-    write_lines_atomic(
-        store.root / "warmup" / f"{dep.deployment_id}.jsonl", [asdict(r) for r in records]
-    )
+    path = store.root / "warmup" / f"{dep.deployment_id}.jsonl"
+    # a search warms up each length it adds: earlier warm-ups of the run stay in the file
+    kept = path.read_text().splitlines() if path.exists() else []
+    write_lines_atomic(path, [*(json.loads(line) for line in kept), *(asdict(r) for r in records)])
     ok = sum(r.status == "ok" for r in records)
     print(
         f"[pdbench] warm-up ({len(cases)} flow x history cases): {ok}/{len(records)} ok "

@@ -395,6 +395,24 @@ class LaunchConfig:
 
 
 @dataclass
+class SearchConfig:
+    """The crossover search (``pdbench.plan.crossover_search``): with no history lengths given
+    (``workload.history_tokens: []``) a run measures a log-spaced first pass over the usable
+    range, then more lengths and repetitions where they narrow the crossover's 95% interval,
+    until it is narrow enough or the budget is spent. Operational: Point ids do not depend
+    on it (a Point at a length and repetition is the same Point, searched or gridded)."""
+
+    # log-spaced lengths from min to max history tokens, workload.repetitions each
+    first_pass_lengths: int = 8
+    min_history_tokens: int = 16
+    max_history_tokens: int = 0  # 0: the longest the model's context leaves for the history
+    round_repetitions: int = 2  # added per chosen length in each later round
+    target_relative_width: float = 0.25  # stop once the interval is this share of the estimate
+    budget_min: float = 8.0  # measuring time (Points' own durations, all loads), minutes
+    max_points: int = 600  # at most this many Points per Deployment, first pass included
+
+
+@dataclass
 class RunConfig:
     """One composed run: everything ``python -m pdbench`` needs."""
 
@@ -412,6 +430,7 @@ class RunConfig:
     tracking: TrackingConfig = field(default_factory=TrackingConfig)
     launch: LaunchConfig = field(default_factory=LaunchConfig)
     bench: TransferBenchConfig = field(default_factory=TransferBenchConfig)
+    search: SearchConfig = field(default_factory=SearchConfig)
     command: Command = Command.run
 
 

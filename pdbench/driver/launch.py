@@ -103,6 +103,7 @@ def submit_deployments(
                 spec=spec.deployment(dep_id),
                 tracking=cfg.tracking,
                 run_config=run_dir.config,
+                search=plan.searches.get(dep_id),
             ),
         )
         for dep_id in sub.deployment_ids

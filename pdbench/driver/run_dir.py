@@ -9,6 +9,7 @@ reads after each Deployment.
 
 from __future__ import annotations
 
+import json
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -37,7 +38,18 @@ def pending_deployments(
         d.deployment_id
         for d in plan.deployments
         if any(states[p.point_id] is not PointStatus.ok for p in plan.points[d.deployment_id])
+        or (d.deployment_id in plan.searches and not search_done(store, d.deployment_id))
     ]
+
+
+def search_done(store: RunStore, deployment_id: str) -> bool:
+    """Whether a Deployment's crossover search ended (its log's last round says done)."""
+    path = store.root / "search" / f"{deployment_id}.json"
+    try:
+        rounds = json.loads(path.read_text()).get("rounds", [])
+    except (OSError, ValueError):
+        return False
+    return bool(rounds) and bool(rounds[-1].get("done"))
 
 
 def read_previous_manifest(store: RunStore, say: bool = True) -> dict[str, Any]:

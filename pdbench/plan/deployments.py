@@ -42,7 +42,9 @@ from pdbench.config.schema import (
     WorkloadConfig,
 )
 from pdbench.plan import run_order
+from pdbench.plan.crossover_search import SearchPlan, search_plan
 from pdbench.plan.identity import flow_knobs, measured
+from pdbench.plan.lengths import usable_history
 
 SIDE_CHANNEL_STRIDE = 64
 VLLM_PORT_STRIDE = 16  # ports of one instance's VLLM_PORT range (vLLM scans up from there)
@@ -158,6 +160,9 @@ class Point:
 class Plan:
     deployments: list[Deployment]
     points: dict[str, list[Point]] = field(default_factory=dict)  # deployment id -> points
+    # deployment id -> its crossover search (no history lengths given): ``points`` then
+    # holds the first pass, the job chooses the rest as it goes
+    searches: dict[str, SearchPlan] = field(default_factory=dict)
 
     def all_points(self) -> list[Point]:
         return [p for d in self.deployments for p in self.points[d.deployment_id]]
@@ -299,17 +304,7 @@ def workload_points(workload: WorkloadConfig) -> list[tuple[int, WorkloadConfig]
     """(history length, the Point's workload) per workload Point: history lengths x
     conversation counts x concurrencies, each Point's workload holding its one value."""
     return [
-        (
-            history,
-            replace(
-                workload,
-                history_tokens=[history],
-                conversations=conversations,
-                concurrency=concurrency,
-                conversation_counts=[],
-                concurrencies=[],
-            ),
-        )
+        (history, shape_workload(workload, history, conversations, concurrency))
         for history in workload.history_tokens
         for conversations in workload.conversation_counts or [workload.conversations]
         for concurrency in workload.concurrencies or [workload.concurrency]
@@ -329,6 +324,42 @@ def point_key(
     }
 
 
+def shape_workload(workload: WorkloadConfig, history: int, conversations: int, concurrency: int):
+    """A workload Point's workload: one history length, conversation count and concurrency."""
+    return replace(
+        workload,
+        history_tokens=[history],
+        conversations=conversations,
+        concurrency=concurrency,
+        conversation_counts=[],
+        concurrencies=[],
+    )
+
+
+def make_point(
+    dep: Deployment,
+    flow: Flow,
+    shape: WorkloadConfig,
+    history: int,
+    repetition: int,
+    order_index: int,
+) -> Point:
+    """One Point: ``shape`` (``shape_workload``) with its repetition's seed, its id hashed
+    from what it measures."""
+    seed = run_order.repetition_seed(shape.seed, repetition)
+    point_workload = replace(shape, seed=seed)
+    pid_key = point_key(dep, flow, point_workload, history, repetition)
+    return Point(
+        point_id=f"{flow.value}-h{history}-r{repetition}-{stable_hash(pid_key, 10)}",
+        deployment_id=dep.deployment_id,
+        flow=flow,
+        history_tokens=history,
+        workload=point_workload,
+        repetition=repetition,
+        order_index=order_index,
+    )
+
+
 def deployment_points(dep: Deployment, flows: list[Flow], workload: WorkloadConfig) -> list[Point]:
     """The Points of one Deployment in its run order (``run_order.randomized_blocks``: one
     block per (workload Point, repetition), every flow in each). A workload Point is a history
@@ -336,24 +367,10 @@ def deployment_points(dep: Deployment, flows: list[Flow], workload: WorkloadConf
     shapes = workload_points(workload)
     blocks = [(k, r) for k in range(len(shapes)) for r in range(workload.repetitions)]
     order = run_order.randomized_blocks(blocks, flows, workload.order_seed)
-    points = []
-    for index, ((k, repetition), flow) in enumerate(order):
-        history, shape = shapes[k]
-        seed = run_order.repetition_seed(workload.seed, repetition)
-        point_workload = replace(shape, seed=seed)
-        pid_key = point_key(dep, flow, point_workload, history, repetition)
-        points.append(
-            Point(
-                point_id=f"{flow.value}-h{history}-r{repetition}-{stable_hash(pid_key, 10)}",
-                deployment_id=dep.deployment_id,
-                flow=flow,
-                history_tokens=history,
-                workload=point_workload,
-                repetition=repetition,
-                order_index=index,
-            )
-        )
-    return points
+    return [
+        make_point(dep, flow, shapes[k][1], shapes[k][0], repetition, index)
+        for index, ((k, repetition), flow) in enumerate(order)
+    ]
 
 
 def make_plan(cfg: RunConfig) -> Plan:
@@ -365,6 +382,13 @@ def make_plan(cfg: RunConfig) -> Plan:
     bidirectional = any(f in (Flow.pull, Flow.decode_first) for f in flows)
     instances, nodes = place_instances(cfg)
     plan = Plan(deployments=[])
+    workload, search = cfg.workload, None
+    if not workload.history_tokens:  # no lengths given: search for the crossover
+        loads = workload.concurrencies or [workload.concurrency]
+        search = search_plan(
+            cfg.search, usable_history(cfg.model, workload), loads, len(flows), workload, flows
+        )
+        workload = replace(workload, history_tokens=list(search.first_lengths))
     for threshold, flow_config, suffix in deployment_axes(cfg.flow):
         name = f"{cfg.model.name}-{cfg.topology.name}-{cfg.transport.name}-{suffix}"
         dep = Deployment(
@@ -382,5 +406,7 @@ def make_plan(cfg: RunConfig) -> Plan:
         )
         dep.deployment_id = f"{name}-{stable_hash(dep.key(), 8)}"
         plan.deployments.append(dep)
-        plan.points[dep.deployment_id] = deployment_points(dep, flows, cfg.workload)
+        plan.points[dep.deployment_id] = deployment_points(dep, flows, workload)
+        if search is not None:
+            plan.searches[dep.deployment_id] = search
     return plan

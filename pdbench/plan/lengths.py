@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 import random
 
-from pdbench.config.schema import LengthDistribution
+from pdbench.config.schema import LengthDistribution, ModelConfig, WorkloadConfig
 
 LOGNORMAL_CAP = 3.0  # lognormal draws are clipped at mean * (1 + 3 * jitter)
 
@@ -59,3 +59,19 @@ def longest_conversation(
 ) -> int:
     """Tokens of a conversation's last prompt and answer at the longest draws."""
     return common + history + turns * (user_max + output_max)
+
+
+def usable_history(model: ModelConfig, workload: WorkloadConfig) -> int:
+    """The longest history prefix whose conversation still fits the model's context: its
+    turns at their longest draws, the common prefix and one 32-token block of margin."""
+    user = max_length(
+        workload.user_tokens, workload.user_tokens_jitter, workload.length_distribution
+    )
+    out = max_length(
+        workload.output_tokens, workload.output_tokens_jitter, workload.length_distribution
+    )
+    turns = max(workload.turns, workload.turns_max)
+    room = model.max_model_len - longest_conversation(
+        0, workload.common_prefix_tokens, turns, user, out
+    )
+    return max(room - 32, 0)

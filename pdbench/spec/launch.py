@@ -447,6 +447,12 @@ def describe(spec: LaunchSpec, plan: Plan) -> str:
                 f"history={point.history_tokens} repetition={point.repetition} "
                 f"conversations={wl.conversations} concurrency={wl.concurrency}"
             )
+        search = plan.searches.get(dep.deployment_id)
+        if search is not None:
+            lines.append(f"  then: {search.describe()}")
+            lines.append(
+                "  (the rest of the run order is chosen as it goes: search/<deployment>.json)"
+            )
         lines.append("")
     if not spec.submissions:
         lines.append("nothing to submit: every Point is recorded ok")

@@ -109,8 +109,33 @@ def check_counts(cfg: RunConfig) -> list[ConfigProblem]:
     need("workload.request_rate", w.request_rate, 0, "0 (as fast as concurrency allows) or more")
     if w.request_timeout_s <= 0:
         out.add("workload.request_timeout_s", w.request_timeout_s, "must be positive", "e.g. 120")
-    if not w.history_tokens:
-        out.add("workload.history_tokens", [], "is empty", "e.g. [0]")
+    if not w.history_tokens:  # no lengths: the crossover search, which needs both flows
+        flows = set(cfg.flow.flows)
+        if Flow.recompute not in flows or not flows & {Flow.pull, Flow.decode_first}:
+            out.add(
+                "workload.history_tokens",
+                [],
+                "is empty: a crossover search, which needs flows recompute and pull",
+                "give lengths, e.g. [0], or flow.flows=[recompute,pull]",
+            )
+        if w.conversation_counts:
+            out.add(
+                "workload.conversation_counts",
+                w.conversation_counts,
+                "is not searched over (workload.history_tokens=[]: a crossover search)",
+                "[] (one working set), or give history lengths",
+            )
+    s_ = cfg.search
+    need("search.first_pass_lengths", s_.first_pass_lengths, 2, "2 or more (8 is usual)")
+    need("search.round_repetitions", s_.round_repetitions, 1, "1 or more")
+    need("search.min_history_tokens", s_.min_history_tokens, 1, "1 or more (16)")
+    need("search.max_history_tokens", s_.max_history_tokens, 0, "0 (the model's context) or more")
+    if not s_.target_relative_width > 0:
+        out.add(
+            "search.target_relative_width", s_.target_relative_width, "must be positive", "0.25"
+        )
+    if s_.budget_min <= 0:
+        out.add("search.budget_min", s_.budget_min, "must be positive", "e.g. 8")
     for h in w.history_tokens:
         if h < 0:
             out.add("workload.history_tokens", h, "must be non-negative", "0 or more")
