@@ -4,14 +4,20 @@ Deployments, a sweep's runs, the transfer bench, the preflight alone).
 ``submit`` hands callables to submitit (several at once: one SLURM array) and says each
 job's id; ``follow`` echoes the jobs' ``[pdbench]`` lines until all have ended and returns
 each one's ``JobOutcome``; a job whose ``stop_after`` says so (``launch.on_failure=stop``)
-cancels the others.
+cancels the others. SIGTERM or SIGHUP to this process while it follows (a ``kill``, a closed
+terminal, a CI timeout) stops the jobs it follows before it exits (``stopping_jobs_on``):
+nothing of the run is left behind.
 """
 
 from __future__ import annotations
 
 import shutil
+import signal
 import subprocess
-from collections.abc import Callable
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -72,13 +78,78 @@ def submit(
 
 def follow(submitted: list[Submitted], recorded: Callable[[], str]) -> list[JobOutcome]:
     """Follow the jobs together to their end (``pdbench.driver.progress``); ``recorded()``
-    says how far the work is (e.g. "2/6 points")."""
+    says how far the work is (e.g. "2/6 points"). SIGTERM/SIGHUP meanwhile stops them."""
 
     def on_finished(i: int, outcome: JobOutcome) -> bool:
         stop = submitted[i].stop_after
         return stop is not None and stop(outcome)
 
-    return follow_all([s.job for s in submitted], recorded, on_finished=on_finished)
+    with stopping_jobs_on(submitted):
+        return follow_all([s.job for s in submitted], recorded, on_finished=on_finished)
+
+
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)  # what ends a driver that Ctrl-C does not
+STOP_WAIT_S = 120.0  # how long a stopped driver waits for its jobs to stop their servers
+
+
+class DriverSignalled(Exception):
+    """SIGTERM or SIGHUP reached the driver while it followed its jobs."""
+
+    def __init__(self, signum: int):
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+@contextmanager
+def stopping_jobs_on(submitted: list[Submitted], wait_s: float = STOP_WAIT_S) -> Iterator[None]:
+    """While in the block, SIGTERM or SIGHUP to this process stops every job of ``submitted``
+    (``stop_jobs``), then exits with 128 + the signal. Ctrl-C needs none of it: a local job
+    shares the terminal's process group and gets the SIGINT itself. Outside the main thread
+    (signals cannot be caught there) the block runs as it is."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def raise_signalled(signum, frame):  # noqa: ARG001
+        raise DriverSignalled(signum)
+
+    previous = {sig: signal.signal(sig, raise_signalled) for sig in STOP_SIGNALS}
+    try:
+        yield
+    except DriverSignalled as got:
+        for sig in STOP_SIGNALS:  # a second signal must not cut the stopping short
+            signal.signal(sig, signal.SIG_IGN)
+        print(f"[pdbench] {got}: stopping the jobs this launch follows", flush=True)
+        stop_jobs([s.job for s in submitted], wait_s)
+        raise SystemExit(128 + got.signum) from None
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def stop_jobs(jobs: list[Any], wait_s: float = STOP_WAIT_S) -> None:
+    """Stop every job not done and wait up to ``wait_s`` for them to end. A local job's
+    controller gets SIGTERM, which it forwards to its tasks: each tears down its servers
+    (``cancel``'s SIGINT would have the controller SIGKILL the tasks a second later, before
+    their servers, in sessions of their own, are stopped). A SLURM job is cancelled
+    (scancel: SIGTERM to every task)."""
+    running = [job for job in jobs if not job.done()]
+    for job in running:
+        process = getattr(job, "_process", None)  # submitit's LocalJob, in its submitter
+        print(f"[pdbench] stopping job {job.job_id}: its servers stop", flush=True)
+        if process is not None:
+            try:
+                process.send_signal(signal.SIGTERM)
+            except OSError:
+                pass
+        else:
+            job.cancel(check=False)
+    deadline = time.monotonic() + wait_s
+    while any(not job.done() for job in running) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    left = [str(job.job_id) for job in running if not job.done()]
+    if left:
+        print(f"[pdbench] job(s) {', '.join(left)} still running after {wait_s:.0f} s", flush=True)
 
 
 def check_submitted_sbatch(job, planned: str) -> None:

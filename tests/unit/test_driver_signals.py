@@ -1,0 +1,105 @@
+"""SIGTERM or SIGHUP to the driver while it follows its jobs stops them before it exits
+(issue 23: a killed ``python -m pdbench`` left a local job and its servers running): a local
+job's controller gets SIGTERM (forwarded to its tasks, which stop their servers), a SLURM
+job is cancelled, and the driver exits 128 + the signal."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from pdbench.driver import submit
+from pdbench.driver.submit import Submitted, stopping_jobs_on
+
+pytestmark = pytest.mark.unit
+
+# A stand-in for submitit's local controller: exits 7 on SIGTERM (what it forwards).
+CONTROLLER = (
+    "import signal, sys, time; signal.signal(signal.SIGTERM, lambda *a: sys.exit(7)); "
+    "print('up', flush=True); time.sleep(60)"
+)
+
+
+class LocalJob:
+    """What the driver holds of a local job: its controller process (``_process``)."""
+
+    def __init__(self) -> None:
+        self._process = subprocess.Popen(
+            [sys.executable, "-c", CONTROLLER], stdout=subprocess.PIPE, text=True
+        )
+        assert self._process.stdout.readline().strip() == "up"
+        self.job_id = str(self._process.pid)
+        self.cancelled = False
+
+    def done(self) -> bool:
+        return self._process.poll() is not None
+
+    def cancel(self, check: bool = True) -> None:  # SIGINT: submitit SIGKILLs tasks 1 s later
+        self.cancelled = True
+
+
+class SlurmJob:
+    job_id = "4242"
+
+    def __init__(self) -> None:
+        self.cancelled = False
+
+    def done(self) -> bool:
+        return self.cancelled
+
+    def cancel(self, check: bool = True) -> None:
+        self.cancelled = True
+
+
+@pytest.fixture
+def jobs():
+    local, slurm = LocalJob(), SlurmJob()
+    yield local, slurm
+    if local._process.poll() is None:
+        local._process.kill()
+    local._process.wait()
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP])
+def test_a_stop_signal_stops_every_job_followed_then_exits(jobs, sig, capsys):
+    local, slurm = jobs
+    before = signal.getsignal(sig)
+    followed = [Submitted("a", local), Submitted("b", slurm)]
+    with pytest.raises(SystemExit) as exc, stopping_jobs_on(followed, wait_s=10):
+        os.kill(os.getpid(), sig)
+        time.sleep(10)  # the handler interrupts this
+    assert exc.value.code == 128 + sig
+    assert local._process.wait(timeout=5) == 7 and not local.cancelled  # SIGTERM, not SIGINT
+    assert slurm.cancelled
+    assert signal.getsignal(sig) is before
+    out = capsys.readouterr().out
+    assert f"[pdbench] {sig.name}: stopping the jobs this launch follows" in out
+    assert f"[pdbench] stopping job {local.job_id}: its servers stop" in out
+
+
+def test_follow_stops_its_jobs_when_the_driver_is_killed(jobs, monkeypatch):
+    local, slurm = jobs
+
+    def follow_all(followed, recorded, on_finished=None):
+        assert followed == [local, slurm]
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(10)
+
+    monkeypatch.setattr(submit, "follow_all", follow_all)
+    with pytest.raises(SystemExit) as exc:
+        submit.follow([Submitted("a", local), Submitted("b", slurm)], lambda: "0/1 points")
+    assert exc.value.code == 128 + signal.SIGTERM
+    assert local.done() and slurm.cancelled
+
+
+def test_without_a_signal_the_block_runs_and_the_handlers_come_back(jobs):
+    local, slurm = jobs
+    before = signal.getsignal(signal.SIGTERM)
+    with stopping_jobs_on([Submitted("a", local)]):
+        assert signal.getsignal(signal.SIGTERM) is not before
+    assert signal.getsignal(signal.SIGTERM) is before and not local.done()
