@@ -19,8 +19,11 @@ The 95% band of ``s(h)`` is ``stats.linear_interval`` of the clusters' contribut
 stratified Rao-Wu bootstrap's closed form, Student-t with Satterthwaite df). The crossover's
 interval is the set of lengths where the band holds 0 (test inversion, as Fieller's
 interval: a length lies outside it only where the data say ``s(h) != 0`` at 95%), widened by
-one grid step each way. It covers the true crossover whenever the band covers ``s`` there,
-so at least as often as the band's own 95%. It is looked for over the measured lengths
+one grid step each way (``band_grid``: ``GRID`` even steps over the measured range, and as
+many log-spaced ones where it spans more than two decades, as when a search measures 16 to
+16,000 tokens: even steps of 67 tokens would not resolve a crossover near the short end).
+It covers the true crossover whenever the band covers ``s`` there, so at least as often as
+the band's own 95%. It is looked for over the measured lengths
 only: an interval that reaches either end "leaves the measured range" (inconclusive).
 """
 
@@ -40,6 +43,7 @@ from analysis.stats import (
 
 GRID = 241  # points of the band over the measured range
 SEARCH = 4.0  # the fitted curve's root is looked for up to SEARCH x the longest length
+SPAN = 100.0  # a measured range wider than this ratio gets log-spaced grid points too
 
 
 class Shape(StrEnum):
@@ -113,6 +117,15 @@ class SavingCurve:
         return out
 
 
+def band_grid(lo: float, hi: float, points: int = GRID) -> np.ndarray:
+    """``points`` even steps over ``lo .. hi``, and ``points`` log-spaced ones where it spans
+    more than two decades (``hi > SPAN x lo``; narrower ranges: even steps alone, as always)."""
+    even = np.linspace(lo, hi, points)
+    if lo <= 0 or hi <= SPAN * lo:
+        return even
+    return np.union1d(even, np.geomspace(lo, hi, points))
+
+
 def fit_curve(
     x: np.ndarray,
     y: np.ndarray,
@@ -142,7 +155,7 @@ def fit_curve(
         a_inv = np.linalg.inv(a)
     except np.linalg.LinAlgError:
         return None
-    grid = np.linspace(float(x.min()), float(x.max()), grid_points)
+    grid = band_grid(float(x.min()), float(x.max()), grid_points)
     g = np.column_stack([(grid / scale) ** k for k in range(degree + 1)])
     per_cluster = np.zeros((len(strata), degree + 1))
     np.add.at(per_cluster, cluster, design * (w * y)[:, None])

@@ -9,7 +9,7 @@ import pytest
 from analysis.deployment import Context
 from analysis.question import Note
 from analysis.questions import control, crossover
-from analysis.saving_curve import Shape
+from analysis.saving_curve import GRID, Shape, band_grid
 from analysis.stats import Status
 from analysis.synthetic import Noise, SyntheticDeployment
 from tests.unit.synthetic_loads import at_load, load_run
@@ -106,3 +106,19 @@ def test_lengths_a_search_picks_give_a_sensible_curve_and_cells():
     assert c.high - c.low < 0.5 * truth  # the lengths near it narrow it
     spent = a.loads[0].spent
     assert spent.shape is Shape.CROSSING and spent.crossover.low <= truth <= spent.crossover.high
+
+
+def test_a_range_of_decades_resolves_a_crossover_near_its_short_end():
+    even = band_grid(80.0, 1616.0)  # the preset's range: even steps, as before
+    assert np.array_equal(even, np.linspace(80.0, 1616.0, GRID))
+    wide = band_grid(96.0, 16_080.0)  # 16 .. 16,000 tokens: even steps of 67 tokens
+    assert set(np.linspace(96.0, 16_080.0, GRID)) <= set(wide)
+    assert np.all(np.diff(wide) > 0) and np.diff(wide)[0] < 3.0
+    dep = SyntheticDeployment(c0_s=0.005, c2_s=3e-8, alpha_s=0.004)  # crossover ~167 tokens
+    lengths = (16, 40, 100, 130, 170, 220, 250, 600, 1500, 4000, 16000)
+    noise = Noise(request=0.1, wave=0.1, point=0.05)
+    ctx = Context.of(load_run({1: dep}, lengths, repetitions=3, noise=noise, seed=3))
+    (a,) = ctx.deployments()
+    c, truth = a.measured.crossover, dep.exact_crossover()
+    assert c.decided and c.low <= truth <= c.high
+    assert c.high - c.low < 2 * (16_080 - 96) / (GRID - 1)  # finer than two even steps
