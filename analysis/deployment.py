@@ -316,7 +316,9 @@ def analyze_deployment(data: RunData, requests: pd.DataFrame, dep_id: str) -> De
         threshold_advice=loads[0].threshold_advice if len(loads) == 1 else PER_LOAD,
         notes=notes,
         loads=loads,
-        pull_cost=fit_spent(spent_frame(data.requests, _ok_ids(pts), pull_flow)),
+        pull_cost=loads[0].spent
+        if len(loads) == 1
+        else fit_spent(spent_frame(data.requests, _ok_ids(pts), pull_flow)),
         placement=str(first.get("placement", "") or ""),
         hosts=_hosts(first),
     )

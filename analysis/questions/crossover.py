@@ -176,7 +176,7 @@ def answer(ctx: Context) -> list[Any]:
             out.extend(CrossoverAnswer(a, load) for load in a.loads)
             said = validated_at(a.loads)
             if said:
-                out.append(Note(f"{a.label}: {said}", {"deployment_id": a.deployment_id}))
+                out.append(Note(f"{a.label}: {said}", {"deployment": a.label}))
         elif a.measured.crossover.shape is Shape.NO_DATA and not a.measured.cells:
             rest.append(a)
         else:
@@ -314,6 +314,12 @@ QUESTION = Question(
         "repetitions at each length (t with Satterthwaite df); the crossover's interval is "
         "where the band holds 0. An interval that reaches the measured range's ends, or a "
         "band that holds 0 everywhere, is <i>inconclusive</i>: the threshold is then "
-        "<i>not determined</i> and the repetitions that would decide it are estimated."
+        "<i>not determined</i> and the repetitions that would decide it are estimated. "
+        "<b>By P's spent costs</b>: from each request's TTFT split, P's queue + compute + pull "
+        "is fitted per load as r0 + r1&middot;h (+ r2&middot;h&sup2;) when recomputing and "
+        "p0 + &beta;&middot;h when pulling; a pull pays where t0 + &beta;&middot;h &lt; "
+        "r1&middot;h + r2&middot;h&sup2; (t0 = p0 &minus; r0, R_eff = 1/r1), its root with a "
+        "bootstrap interval over the repetitions; <i>validated</i> when it lies inside the "
+        "measured 95% interval. Several concurrencies: every verdict per load, never pooled."
     ),
 )

@@ -12,6 +12,7 @@ from analysis import policy, whatif
 from analysis.deployment import Context
 from analysis.pipeline import run_analysis
 from analysis.synthetic import Synthetic, SyntheticDeployment, write_records
+from analysis.wandb_report import summary_metrics
 from tests.unit.synthetic_loads import at_load, load_records, load_run
 
 pytestmark = pytest.mark.unit
@@ -113,6 +114,12 @@ def test_analysis_writes_policy_json_beside_summary(tmp_path):
     assert (tmp_path / "out" / "summary.json").is_file()
     pol = policy.read(out.policy)
     assert [t.concurrency for t in pol.deployments[0].thresholds] == [1, 4]
+    deps = out.summary["deployments"]  # one entry per load, each naming it
+    assert [d["concurrency"] for d in deps] == [1, 4] and all(d["per_load"] for d in deps)
+    metrics = summary_metrics(out)
+    assert {k for k in metrics if k.startswith("crossover_tokens/measured/")} == {
+        f"crossover_tokens/measured/{deps[0]['deployment_id']}@c{c}" for c in (1, 4)
+    }
     # a run with one flow measures no crossover: no policy
     one = [(p, r) for p, r in items if p["flow"] == "pull"]
     write_records(tmp_path / "one", Synthetic(points=one))
