@@ -231,6 +231,26 @@ def check_model(model_path: str, facts: ModelFacts) -> CheckResult:
     return passed("model", f"{facts.where} ({facts.detail})")
 
 
+PORTS_FIX = (
+    "stop that process (a run left behind? python -m pdbench status dir=... names its job), "
+    "or give this run other ports (server.base_port, server.side_channel_base_port, "
+    "server.router_port)"
+)
+
+
+def check_ports(ports: tuple[int, ...], held: dict[int, str]) -> CheckResult:
+    """The ports this node's servers and router will listen on are free; ``held``: port ->
+    what holds it (``probes.port_holders``), so that a server that cannot bind is named
+    before it starts instead of failing as "server(s) died"."""
+    if not ports:
+        return skipped("ports", "no server or router on this node")
+    taken = sorted((port, who) for port, who in held.items() if port in ports)
+    if not taken:
+        return passed("ports", f"free: {', '.join(map(str, sorted(ports)))}")
+    found = "; ".join(f"port {port} is held by {who}" for port, who in taken)
+    return failed("ports", found, PORTS_FIX)
+
+
 def check_address(address: str, how: str, error: str) -> CheckResult:
     """The address this node's servers publish (``slurm_env.choose_node_address``)."""
     if error:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 from collections.abc import Mapping
 from pathlib import Path
@@ -200,3 +201,42 @@ def probe_env(server_env: Mapping[str, str]) -> dict[str, str]:
     here = str(Path(__file__).resolve().parents[2])
     env["PYTHONPATH"] = os.pathsep.join(p for p in (here, env.get("PYTHONPATH", "")) if p)
     return env
+
+
+def _bindable(port: int) -> bool:
+    """Whether a listening socket could take ``port`` on every address now (SO_REUSEADDR,
+    as servers set it: a connection in TIME_WAIT does not count)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind(("", port))
+        except OSError:
+            return False
+    return True
+
+
+def port_holders(ports: tuple[int, ...] | list[int]) -> dict[int, str]:
+    """Which of ``ports`` a process listens on or has bound here: port -> "pid N (its
+    command line)", or a plain description where the process cannot be seen."""
+    import psutil  # lazy: only the preflight looks at other processes
+
+    wanted, held = set(ports), {}
+    try:
+        connections = psutil.net_connections(kind="tcp")
+    except (psutil.AccessDenied, OSError):
+        connections = []
+    for conn in connections:
+        port = conn.laddr.port if conn.laddr else None
+        if port not in wanted or port in held or conn.status != psutil.CONN_LISTEN:
+            continue
+        held[port] = f"pid {conn.pid}" if conn.pid else "a process of another user"
+        if conn.pid:
+            try:
+                command = " ".join(psutil.Process(conn.pid).cmdline())
+            except (psutil.NoSuchProcess, psutil.AccessDenied):
+                command = ""
+            held[port] += f" ({command[:200]})" if command else ""
+    for port in sorted(wanted - set(held)):
+        if not _bindable(port):
+            held[port] = "a socket this user cannot see (bind fails: address in use)"
+    return held

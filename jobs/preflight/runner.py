@@ -23,6 +23,7 @@ from jobs.preflight.checks import (
     check_imports,
     check_model,
     check_nvlink,
+    check_ports,
     check_server,
     check_ucx,
     failed,
@@ -121,6 +122,7 @@ def run_preflight(
         except (NodeAddressError, OSError) as err:
             address, how, error = "", "", str(err)
     report.results.append(check_address(address, how, error))
+    report.results.append(check_ports(expect.ports, probes.port_holders(expect.ports)))
     report.findings["address"] = {"address": address, "how": how}
 
     rdv = Path(rendezvous_dir) if rendezvous_dir is not None else None

@@ -30,6 +30,8 @@ class NodeExpectation:
     gpus: tuple[int, ...]  # device indices its instances use; () on CPU
     # (decode GPU, prefill GPU) pairs whose KV must move over NVLink (CUDA IPC).
     nvlink_pairs: tuple[tuple[int, int], ...] = ()
+    # TCP ports its servers and router will listen on (HTTP, NIXL side channel, KV params)
+    ports: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -66,6 +68,7 @@ class PreflightSpec:
                     "node": n.node,
                     "gpus": list(n.gpus),
                     "nvlink_pairs": [list(p) for p in n.nvlink_pairs],
+                    "ports": list(n.ports),
                 }
                 for n in self.nodes
             ],
@@ -83,7 +86,12 @@ class PreflightSpec:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> PreflightSpec:
         nodes = tuple(
-            NodeExpectation(n["node"], tuple(n["gpus"]), tuple(tuple(p) for p in n["nvlink_pairs"]))
+            NodeExpectation(
+                n["node"],
+                tuple(n["gpus"]),
+                tuple(tuple(p) for p in n["nvlink_pairs"]),
+                tuple(n.get("ports", ())),
+            )
             for n in data["nodes"]
         )
         return cls(
@@ -154,6 +162,16 @@ def server_cli(instances: list[InstanceSpec]) -> str:
     return ""
 
 
+def node_ports(dep: DeploymentSpec, node: int) -> tuple[int, ...]:
+    """The TCP ports the servers and the router of ``node`` will listen on."""
+    ports = set()
+    for inst in dep.on_node(node):
+        ports |= {inst.http_port, inst.side_channel_port, inst.kv_params_port}
+    if dep.router.node == node:
+        ports.add(dep.router.port)
+    return tuple(sorted(p for p in ports if p > 0))
+
+
 def spec_from_launch(dep: DeploymentSpec) -> PreflightSpec:
     """The preflight of one Deployment, from its launch spec."""
     intra_node_ipc = "cuda_ipc" in expand(dep.expected_ucx_transports)
@@ -162,7 +180,7 @@ def spec_from_launch(dep: DeploymentSpec) -> PreflightSpec:
         here = dep.on_node(node)
         gpus = tuple(sorted({g for i in here for g in i.gpus}))
         pairs = nvlink_pairs(here) if intra_node_ipc else ()
-        expectations.append(NodeExpectation(node, gpus, pairs))
+        expectations.append(NodeExpectation(node, gpus, pairs, node_ports(dep, node)))
     return PreflightSpec(
         nodes=tuple(expectations),
         run_dir=dep.run_dir,

@@ -13,12 +13,16 @@ from jobs.preflight.checks import (
     check_imports,
     check_model,
     check_nvlink,
+    check_ports,
     check_ucx,
     physical_pairs,
 )
 from jobs.preflight.nvidia_smi import parse_gpu_query, parse_topology
-from jobs.preflight.spec import NodeExpectation, PreflightSpec, spec_from_config
+from jobs.preflight.probes import port_holders
+from jobs.preflight.spec import NodeExpectation, PreflightSpec, spec_from_config, spec_from_launch
 from pdbench.config.schema import Placement
+from pdbench.plan.deployments import make_plan
+from pdbench.spec.launch import build_launch
 from tests.unit.fixture_text import fixture
 from tests.unit.helpers import cpu_run, gpu_run
 
@@ -180,3 +184,39 @@ def test_address_failures_carry_their_fix():
     assert line.endswith("found node gpu7 resolves to 127.0.1.1, a loopback address. Fix: map gpu7")
     unresolved = one_line(check_address("", "", "cannot resolve SLURM node 'gpu7'"))
     assert "Fix: map this node's name in /etc/hosts or DNS" in unresolved
+
+
+def test_each_node_expects_the_ports_its_servers_and_router_listen_on():
+    cfg = gpu_run(p=2, d=2, placement=Placement.cross_node, nodes=2)
+    dep = build_launch(cfg, make_plan(cfg), "/m").deployments[0]
+    spec = spec_from_launch(dep)
+    for node in spec.nodes:
+        mine = dep.on_node(node.node)
+        wanted = {i.http_port for i in mine} | {i.side_channel_port for i in mine}
+        wanted |= {i.kv_params_port for i in mine if i.kv_params_port}
+        wanted |= {dep.router.port} if dep.router.node == node.node else set()
+        assert set(node.ports) == wanted and node.ports == tuple(sorted(wanted))
+    assert dep.router.port in spec.nodes[0].ports
+    assert PreflightSpec.from_dict(spec.to_dict()) == spec
+
+
+def test_a_planned_port_another_process_holds_is_named_with_its_holder():
+    assert check_ports((), {}).skipped
+    free = check_ports((8000, 8100), {9999: "pid 1 (x)"})
+    assert free.ok and free.found == "free: 8000, 8100"
+    line = one_line(check_ports((8000, 8100), {8100: "pid 77 (python -m vllm... --port 8100)"}))
+    assert "found port 8100 is held by pid 77 (python -m vllm... --port 8100)" in line
+    assert "server.base_port" in line
+
+
+def test_port_holders_finds_this_process_listening():
+    import os
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        sock.listen()
+        port = sock.getsockname()[1]
+        (who,) = port_holders([port]).values()
+        assert who.startswith(f"pid {os.getpid()} (") and "python" in who
+    assert port_holders([port]) == {}  # closed: free again
