@@ -7,12 +7,13 @@ import numpy as np
 import pytest
 
 from analysis.deployment import Context
+from analysis.load import records_to_run_data
 from analysis.question import Note
 from analysis.questions import control, crossover
 from analysis.saving_curve import GRID, Shape, band_grid
 from analysis.stats import Status
 from analysis.synthetic import Noise, SyntheticDeployment
-from tests.unit.synthetic_loads import at_load, load_run
+from tests.unit.synthetic_loads import at_load, load_records, load_run
 
 pytestmark = pytest.mark.unit
 
@@ -122,3 +123,20 @@ def test_a_range_of_decades_resolves_a_crossover_near_its_short_end():
     c, truth = a.measured.crossover, dep.exact_crossover()
     assert c.decided and c.low <= truth <= c.high
     assert c.high - c.low < 2 * (16_080 - 96) / (GRID - 1)  # finer than two even steps
+
+
+def test_loads_measured_at_different_lengths_stay_apart():
+    """A search picks lengths per load: a length measured at one load only keeps its plain
+    kind, and the loads are still told apart by their concurrency."""
+    first, second = (128, 512, 1024, 2048), (128, 256, 384, 768, 1536)
+    items = load_records({1: LOADS[1]}, first, repetitions=3, noise=0.05)
+    items += load_records({8: LOADS[8]}, second, repetitions=3, noise=0.05)
+    (a,) = Context.of(records_to_run_data(items)).deployments()
+    assert [x.concurrency for x in a.loads] == [1, 8]
+    for load, lengths in zip(a.loads, (first, second), strict=True):
+        assert {c.history for c in load.measured.cells} == set(lengths)
+        truth = LOADS[load.concurrency].exact_crossover()
+        c = load.measured.crossover
+        assert c.decided and c.low <= truth <= c.high
+    kinds = {c.kind for c in a.measured.cells}
+    assert kinds == {"multi_turn", "multi_turn 2 conv x1", "multi_turn 2 conv x8"}
