@@ -5,9 +5,14 @@
   repetition, with its 95% interval over the repetitions (``stats.mean_verdict``);
 - **curve** and **crossover**: ``saving_curve`` over every wave of turns >= 2;
 - **control**: turn 1 is identical work in both flows (nothing cached to pull yet): the
-  same paired difference there is an A/A control. It should be 0; the run is flagged
-  invalid when its interval excludes 0 (the flows are not measured alike: order, warm-up,
-  a stall) or when it is more than half the largest decided effect.
+  same paired difference there is an A/A control. It should be 0. The test is relative
+  (each repetition's log ratio pull / recompute of its mean turn-1 TTFT, so a length's
+  noise counts in proportion to its TTFT and a bias at short lengths is not drowned by the
+  long ones) and per length band (the shorter and the longer half of the swept lengths,
+  each length weighing the same within its band); the run is flagged invalid when a band's
+  interval excludes 0 at the level that keeps the whole run's false-alarm rate at 5%:
+  ``1 - 0.05 / (bands x deployments)`` (Bonferroni; ``Control.judged`` sets the number of
+  deployments). The ms difference over every length (95%) is shown beside it.
 
 Positive savings mean pull is faster.
 """
@@ -15,16 +20,24 @@ Positive savings mean pull is faster.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import pandas as pd
 
 from analysis.pairs import CLUSTER, STRATUM, cluster_index, paired, waves
 from analysis.saving_curve import Crossover, SavingCurve, crossover, fit_curve
-from analysis.stats import Status, Verdict, linear_interval, mean_verdict, verdicts
+from analysis.stats import (
+    LEVEL,
+    Spread,
+    Status,
+    Verdict,
+    linear_interval,
+    mean_verdict,
+    verdicts,
+)
 
-CONTROL_SHARE = 0.5  # a control above this share of the effect invalidates the run
+CONTROL_ALPHA = 0.05  # the A/A control's false-alarm rate per run, all bands and deployments
 
 
 @dataclass(frozen=True)
@@ -50,25 +63,85 @@ class Cell:
 
 
 @dataclass(frozen=True)
-class Control:
-    """Turn 1, pull - recompute (ms and relative to the turn's mean TTFT)."""
+class ControlBand:
+    """The turn-1 log ratio pull / recompute over the lengths ``lo`` .. ``hi``."""
 
-    diff: Verdict  # pull - recompute, ms
+    lo: int
+    hi: int
+    estimate: float  # mean log ratio, each length weighing the same
+    se: float
+    df: float
+    repetitions: int  # the fewest of any of its lengths
+    requests: int
+
+    def verdict(self, level: float) -> Verdict:
+        """Its ``level`` interval, as a relative difference in %."""
+        spread = Spread(*(np.array([v], float) for v in (self.estimate, self.se, self.df)),
+                        undetermined=np.array([self.repetitions < 2]))  # fmt: skip
+        (v,) = verdicts(spread, self.repetitions, self.requests, "%", level)
+        return as_percent(v)
+
+    def lengths(self) -> str:
+        return f"{self.lo:,}" if self.lo == self.hi else f"{self.lo:,}-{self.hi:,}"
+
+
+@dataclass(frozen=True)
+class Control:
+    """Turn 1, pull against recompute: the ms difference over every length (95%, shown)
+    and the relative test per length band that decides (``level``: its intervals')."""
+
+    diff: Verdict  # pull - recompute, ms, every length, 95%
     level_ms: float  # mean turn-1 TTFT of both flows
-    effect: Verdict | None  # the largest decided saving it is compared with
-    invalid: bool
-    reason: str
+    bands: tuple[ControlBand, ...] = ()
+    family: int = 1  # deployments tested in the run
+    invalid: bool = False
+    reason: str = ""
 
     @property
     def relative(self) -> float:
         return self.diff.estimate / self.level_ms if self.level_ms else math.nan
 
+    @property
+    def level(self) -> float:
+        """Each band's interval level: the run's 5% shared by every band and deployment."""
+        return 1.0 - CONTROL_ALPHA / max(len(self.bands) * self.family, 1)
+
+    def band_verdicts(self) -> list[Verdict]:
+        return [b.verdict(self.level) for b in self.bands]
+
+    def judged(self, family: int) -> Control:
+        """The control tested as one of ``family`` deployments' (Bonferroni)."""
+        c = replace(self, family=max(family, 1))
+        checked = [(b, v) for b, v in zip(c.bands, c.band_verdicts(), strict=True)
+                   if v.status is not Status.UNDETERMINED]  # fmt: skip
+        if not checked:
+            why = self.diff.why() if self.bands else "no repetitions to compare"
+            return replace(c, invalid=False, reason=why)
+        bad = [(b, v) for b, v in checked if v.decided]
+        if bad:
+            where = "; ".join(f"{v.interval('{:+.1f}')} at {b.lengths()} tokens" for b, v in bad)
+            why = (
+                f"pull / recompute differs beyond its {c.level:.2%} interval ({where}): "
+                "the flows were not measured alike"
+            )
+            return replace(c, invalid=True, reason=why)
+        return replace(c, invalid=False, reason="within its noise")
+
     def line(self) -> str:
         d = self.diff
         rel = f" ({self.relative:+.0%} of {self.level_ms:,.0f} ms)" if self.level_ms else ""
         head = f"A/A control (turn 1, identical work): pull - recompute {d.interval()}{rel}"
-        if d.status is Status.UNDETERMINED:
-            return f"{head}: not checked ({d.why()})"
+        shown = [
+            f"{v.interval('{:+.1f}')} at {b.lengths()} tokens"
+            for b, v in zip(self.bands, self.band_verdicts(), strict=True)
+            if v.status is not Status.UNDETERMINED
+        ]
+        if not shown:
+            return f"{head}: not checked ({self.reason or d.why()})"
+        head += (
+            f"; pull / recompute by length band {', '.join(shown)} ({self.level:.2%} "
+            f"intervals: {len(self.bands)} band(s) x {self.family} deployment(s) share 5%)"
+        )
         if self.invalid:
             return f"{head}: INVALID RUN: {self.reason}"
         return f"{head}: passes ({self.reason})"
@@ -78,7 +151,12 @@ class Control:
             "pull_minus_recompute": self.diff.to_dict(),
             "level_ms": self.level_ms,
             "relative": self.relative,
-            "effect": self.effect.to_dict() if self.effect else None,
+            "bands": [
+                {"from": b.lo, "to": b.hi, "pull_over_recompute": v.to_dict()}
+                for b, v in zip(self.bands, self.band_verdicts(), strict=True)
+            ],
+            "level": self.level,
+            "deployments": self.family,
             "invalid": self.invalid,
             "reason": self.reason,
             "text": self.line(),
@@ -131,7 +209,32 @@ def _cells(later: pd.DataFrame, w: pd.DataFrame) -> list[Cell]:
     return out
 
 
-def control(first: pd.DataFrame, effect: Verdict | None) -> Control | None:
+def control_bands(lengths: list[int]) -> list[list[int]]:
+    """The shorter and the longer half of the swept lengths (one band for one length)."""
+    ordered = sorted(set(lengths))
+    half = (len(ordered) + 1) // 2
+    return [b for b in (ordered[:half], ordered[half:]) if b]
+
+
+def _band(per: pd.DataFrame, lengths: list[int]) -> ControlBand:
+    """``per``: one row per repetition (``CLUSTER`` and ``r``, its log ratio, ``n``)."""
+    mine = per[per["h"].isin(lengths)]
+    cl, st = cluster_index(mine, CLUSTER, STRATUM)
+    sizes = np.bincount(st)
+    share = 1.0 / (len(sizes) * sizes[st])  # each length weighs the same, then its repetitions
+    spread = linear_interval((mine["r"].to_numpy(float) * share)[:, None], st)
+    return ControlBand(
+        min(lengths),
+        max(lengths),
+        float(spread.estimate[0]),
+        float(spread.se[0]),
+        float(spread.df[0]) if not spread.undetermined[0] else math.nan,
+        int(sizes.min()),
+        int(mine["n"].sum()),
+    )
+
+
+def control(first: pd.DataFrame, family: int = 1) -> Control | None:
     """Turn-1 pairs (``paired(req, "pull", "recompute")``) -> the A/A control."""
     if not len(first):
         return None
@@ -139,24 +242,13 @@ def control(first: pd.DataFrame, effect: Verdict | None) -> Control | None:
     _, st = cluster_index(w, CLUSTER, STRATUM)
     n = len(w)
     spread = linear_interval((w["d_ms"].to_numpy(float) / n)[:, None], st)
-    sizes = np.bincount(st)
-    (diff,) = verdicts(spread, int(sizes.min()), len(first))
-    level = float(first["level_ms"].mean())
-    if diff.status is Status.UNDETERMINED:
-        return Control(diff, level, effect, False, diff.why())
-    if diff.decided:
-        why = "its 95% interval excludes 0: the flows were not measured alike"
-        return Control(diff, level, effect, True, why)
-    if effect is not None and abs(diff.estimate) > CONTROL_SHARE * abs(effect.estimate):
-        why = (
-            f"|{diff.estimate:,.1f}| ms is more than half the largest measured effect "
-            f"({effect.estimate:+,.1f} ms)"
-        )
-        return Control(diff, level, effect, True, why)
-    what = "within its noise"
-    if effect is not None:
-        what += f", under half the largest effect ({effect.estimate:+,.1f} ms)"
-    return Control(diff, level, effect, False, what)
+    (diff,) = verdicts(spread, int(np.bincount(st).min()), len(first))
+    level_ms = float(first["level_ms"].mean())
+    g = first[(first["a_ms"] > 0) & (first["b_ms"] > 0)].groupby(CLUSTER, as_index=False)
+    per = g[["a_ms", "b_ms"]].mean().assign(n=g.size()["size"].to_numpy())
+    per["r"] = np.log(per["a_ms"] / per["b_ms"])
+    bands = tuple(_band(per, b) for b in control_bands(per["h"].astype(int).tolist()))
+    return Control(diff, level_ms, bands).judged(family)
 
 
 def measure(req: pd.DataFrame, dep_id: str, pull_flow: str = "pull") -> Measured:
@@ -175,7 +267,7 @@ def measure(req: pd.DataFrame, dep_id: str, pull_flow: str = "pull") -> Measured
     cells = _cells(later, w)
     out = Measured(cells, curve, crossover(curve, reason), None, later)
     first = paired(mine[mine["turn"] == 1], pull_flow, "recompute")
-    out.control = control(first, out.largest_effect)
+    out.control = control(first)
     return out
 
 
@@ -201,10 +293,12 @@ def paired_difference(
     relative: bool = False,
     cluster: list[str] | None = None,
     stratum: list[str] | None = None,
+    level: float = LEVEL,
 ) -> Verdict:
     """``left - right`` TTFT (ms) of requests paired on ``key``, or their ratio
     (``relative``: ``exp(mean log(left / right)) - 1`` in %), averaged per repetition
-    (``cluster``), each repetition weighing the same, strata: ``stratum``."""
+    (``cluster``), each repetition weighing the same, strata: ``stratum``; its ``level``
+    interval."""
     cluster = [c for c in CLUSTER if c in key] if cluster is None else cluster
     stratum = [c for c in STRATUM if c in key] if stratum is None else stratum
     unit = "%" if relative else "ms"
@@ -220,7 +314,7 @@ def paired_difference(
     per = m.assign(d=d).groupby(cluster, as_index=False)["d"].mean()
     _, st = cluster_index(per, cluster, stratum)
     spread = linear_interval((per["d"].to_numpy(float) / len(per))[:, None], st)
-    (v,) = verdicts(spread, int(np.bincount(st).min()), len(m), unit)
+    (v,) = verdicts(spread, int(np.bincount(st).min()), len(m), unit, level)
     return as_percent(v) if relative else v
 
 

@@ -9,8 +9,13 @@ single length dominates the way a sum of milliseconds would let the longest one.
 
 Against every other threshold, the best one's paired relative difference (same
 repetition, conversation and turn; the geometric mean over lengths of TTFT(other) /
-TTFT(best), each repetition weighing the same) with its 95% interval: the best is decided
-only when all of those exclude 0.
+TTFT(best), each repetition weighing the same): the best is decided only when all of those
+exclude 0. The best is picked by the same data, and a threshold picked for looking fastest
+tends to look faster than it is (the winner's curse): tested against itself at 95%, it
+would be called best too often. So the intervals are simultaneous over every pair of the
+``K`` thresholds (Bonferroni: each at ``1 - 0.05 / (K (K - 1) / 2)``): they hold every
+pairwise difference at once with 95%, so whichever threshold the data picked, its
+comparisons keep their level.
 """
 
 from __future__ import annotations
@@ -29,7 +34,7 @@ from analysis.load import deployment_label
 from analysis.pairs import PAIR_KEY
 from analysis.pull_recompute import level, paired_difference
 from analysis.question import Note, PlotSpec, Question
-from analysis.stats import Verdict
+from analysis.stats import LEVEL, Verdict
 
 THRESHOLD_FLOWS = ("pull", "decode_first")
 THRESHOLD_AXES = ("kv_recompute_threshold",)
@@ -53,6 +58,7 @@ class ThresholdAnswer:
     best: Any
     versus: dict[Any, Verdict]  # other threshold -> its TTFT vs the best's, %
     notes: list[str] = field(default_factory=list)
+    level: float = LEVEL  # the versus intervals' level (simultaneous 95% over all pairs)
 
     @property
     def decided(self) -> bool:
@@ -86,7 +92,11 @@ class ThresholdAnswer:
         tail = []
         if others:
             joined = "; ".join(others)
-            tail.append(f"others vs the best (TTFT, geometric mean over lengths): {joined}")
+            tail.append(
+                f"others vs the best (TTFT, geometric mean over lengths; {self.level:.1%} "
+                f"intervals, 95% for every pair of thresholds at once, as the best was picked "
+                f"from these data): {joined}"
+            )
         tail += self.notes
         return [head + "".join(f"\n  {t}" for t in tail)]
 
@@ -98,7 +108,9 @@ class ThresholdAnswer:
                 c = self.table[(self.table["threshold"] == thr) & (self.table["h"] == h)]
                 row[f"h {tokens(h)}"] = "–" if not len(c) else _cell(c.iloc[0])
             v = self.versus.get(thr)
-            row["vs best (95% CI)"] = "best" if thr == self.best else v.interval()
+            row[f"vs best ({self.level:.1%} CI, simultaneous)"] = (
+                "best" if thr == self.best else v.interval()
+            )
             rows.append(row)
         return {"threshold": rows}
 
@@ -111,6 +123,7 @@ class ThresholdAnswer:
             "tied_with": self.tied,
             "scores": {str(k): v for k, v in self.scores.items()},
             "versus_best": {str(k): v.to_dict() for k, v in self.versus.items()},
+            "versus_level": self.level,
             "table": self.table.rename(columns={"h": "history_tokens"}).to_dict(orient="records"),
             "text": self.lines()[0],
         }
@@ -187,15 +200,23 @@ def _answer(ctx, dep_ids, family, flow, shares, ok) -> ThresholdAnswer | None:
     scores = {thr: float(np.exp(np.log(r.dropna()).mean())) for thr, r in ratios.iterrows()}
     best = min(scores, key=lambda t: (scores[t], t))
     mine = later[later["deployment_id"] == by_thr[best]]
+    ci_level = simultaneous_level(len(scores))
     versus = {
-        thr: paired_difference(later[later["deployment_id"] == dep], mine, PAIR_KEY, relative=True)
+        thr: paired_difference(
+            later[later["deployment_id"] == dep], mine, PAIR_KEY, relative=True, level=ci_level
+        )
         for thr, dep in by_thr.items()
         if thr != best and thr in scores
     }
     notes = [] if common else ["no history length was measured at every threshold"]
-    return ThresholdAnswer(
-        family, flow, table, [int(h) for h in (common or grid.columns)], scores, best, versus, notes
-    )
+    histories = [int(h) for h in (common or grid.columns)]
+    return ThresholdAnswer(family, flow, table, histories, scores, best, versus, notes, ci_level)
+
+
+def simultaneous_level(thresholds: int) -> float:
+    """Each interval's level so that all pairs of ``thresholds`` hold at once with 95%."""
+    pairs = max(thresholds * (thresholds - 1) // 2, 1)
+    return 1.0 - (1.0 - LEVEL) / pairs
 
 
 def ttft_vs_threshold(plt, answers: list[Any], ctx: Context):
@@ -282,6 +303,8 @@ QUESTION = Question(
     method=(
         "<b>Which threshold</b>: mean TTFT of turns &ge; 2 per threshold and length; the best "
         "has the lowest geometric mean of TTFT / the fastest TTFT over lengths; each other "
-        "threshold's paired relative difference with it (95% CI) says whether it is decided."
+        "threshold's paired relative difference with it says whether it is decided, its "
+        "interval simultaneous over every pair of thresholds (Bonferroni), so that picking the "
+        "best from the same data does not make it look surer than it is."
     ),
 )
