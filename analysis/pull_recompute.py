@@ -26,7 +26,7 @@ import numpy as np
 import pandas as pd
 
 from analysis.pairs import CLUSTER, STRATUM, cluster_index, paired, waves
-from analysis.saving_curve import Crossover, SavingCurve, crossover, fit_curve
+from analysis.saving_curve import Crossover, SavingCurve, Shape, crossover, fit_curve
 from analysis.stats import (
     LEVEL,
     Spread,
@@ -171,10 +171,40 @@ class Measured:
     control: Control | None = None
     pairs: pd.DataFrame = field(default_factory=pd.DataFrame)  # turns >= 2, request level
 
-    @property
-    def largest_effect(self) -> Verdict | None:
-        decided = [c.saving for c in self.cells if c.saving.decided]
-        return max(decided, key=lambda v: abs(v.estimate)) if decided else None
+    def disagreements(self) -> list[Cell]:
+        """Cells whose own 95% interval puts the faster flow on the other side of the
+        decided crossover (recompute faster above it, pull faster below): the curve pools
+        every length, a cell speaks for its own."""
+        c = self.crossover
+        if not c.decided or c.estimate is None or c.shape not in (Shape.CROSSING, Shape.FALLING):
+            return []
+        rising = c.shape is Shape.CROSSING
+        out = []
+        for cell in self.cells:
+            if not cell.saving.decided:
+                continue
+            pull_side = (cell.x > c.estimate) == rising
+            if (cell.saving.estimate > 0) != pull_side:
+                out.append(cell)
+        return out
+
+    def disagreement_text(self) -> str:
+        """The disagreeing cells in words ('' when none)."""
+        cells = self.disagreements()
+        if not cells:
+            return ""
+        c = self.crossover
+        inside = [x for x in cells if (c.low or c.lo or 0) <= x.x <= (c.high or c.hi or 0)]
+        said = "; ".join(
+            f"{x.x:,.0f} tokens: {'pull' if x.saving.estimate > 0 else 'recompute'} faster by "
+            f"its own cell, {x.saving.interval('{:+,.1f}')}"
+            for x in cells
+        )
+        where = " (inside the crossover's interval)" if len(inside) == len(cells) else ""
+        return (
+            f"note: the crossover is fitted over every length at once; at {said}{where}, "
+            "which the fitted curve puts on the other side: read those lengths by their cells"
+        )
 
 
 def wave_weights(w: pd.DataFrame) -> np.ndarray:

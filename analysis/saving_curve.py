@@ -13,11 +13,18 @@ sign change and flips with noise (three identical runs gave 576, 32 and 64 token
 uses every length, with the physically expected shape, so the noise of one cell moves it
 little. Weights: ``1 / level^2``, ``level`` the mean TTFT of both flows at that (history
 length, turn) over its repetitions (the noise is multiplicative: a 2 s TTFT is noisier in
-ms than a 50 ms one); fixed, so the fitted value at any ``h`` is linear in the wave means.
+ms than a 50 ms one). The weights are estimated from the same runs and then taken as
+given: for given weights the fitted value at any ``h`` is linear in the wave means, and the
+band leaves out the weights' own spread (small: each level averages both flows and every
+repetition of its length; the calibration test measures the band's coverage with it).
 
-The 95% band of ``s(h)`` is ``stats.linear_interval`` of the clusters' contributions (the
-stratified Rao-Wu bootstrap's closed form, Student-t with Satterthwaite df). The crossover's
-interval is the set of lengths where the band holds 0 (test inversion, as Fieller's
+The band of ``s(h)`` is ``stats.linear_interval`` of the clusters' contributions (the
+stratified Rao-Wu bootstrap's closed form, Student-t with Satterthwaite df). It is
+**pointwise**: at each length it holds the true saving with 95%, not the whole curve at once
+(on synthetic runs the whole true curve lies inside it in well under 95% of them). The
+fitted shape pools every length: a cell whose own interval says recompute is faster can lie
+inside the crossover's interval (``pull_recompute.Measured.disagreements`` names them).
+The crossover's interval is the set of lengths where the band holds 0 (test inversion, as Fieller's
 interval: a length lies outside it only where the data say ``s(h) != 0`` at 95%), widened by
 one grid step each way (``band_grid``: ``GRID`` even steps over the measured range, and as
 many log-spaced ones where it spans more than two decades, as when a search measures 16 to

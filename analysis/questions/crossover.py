@@ -97,6 +97,8 @@ class CrossoverAnswer:
             out[0] += f"\n  {self.spent()}"
         if self.m.cells:
             out[0] += f"\n  saving of pull (recompute - pull, 95% CI) at history: {self.savings()}"
+        if self.m.disagreement_text():
+            out[0] += f"\n  {self.m.disagreement_text()}"
         return out
 
     def tables(self) -> dict[str, list[dict[str, Any]]]:
@@ -270,7 +272,7 @@ def saving(plt, answers: list[Any], ctx: Context):
         curve = a.m.curve
         if curve is not None:
             ax.plot(curve.grid, curve.fit, "-", color="tab:blue", lw=1.2, label="fitted saving")
-            plotkit.band(ax, curve.grid, curve.low, curve.high, "tab:blue", "95% band")
+            plotkit.band(ax, curve.grid, curve.low, curve.high, "tab:blue", "pointwise 95% band")
         plotkit.errorbars(
             ax, x, est, low, high, fmt="o", ms=4, color="k", label="measured (per length and turn)"
         )
@@ -303,14 +305,16 @@ QUESTION = Question(
             "Saving of pull over recompute",
             saving,
             "paired TTFT difference per length (95% CI), the fitted -alpha + b h + c h^2 with "
-            "its 95% band; grey: the crossover's 95% interval",
+            "its pointwise 95% band (95% at each length, not for the whole curve at once); "
+            "grey: the crossover's 95% interval",
         ),
     ),
     method=(
         "<b>Measured crossover</b>: each turn &ge; 2 of <code>recompute</code> is paired with "
         "the same conversation's same turn of <code>pull</code> (same repetition, same tokens); "
         "a repetition's wave means of the saving are fitted with &minus;&alpha; + b&middot;h + "
-        "c&middot;h&sup2; (weights 1/TTFT&sup2;). Its 95% band comes from the spread between "
+        "c&middot;h&sup2; (weights 1/TTFT&sup2;). Its pointwise 95% band (95% at each length, "
+        "not for the whole curve at once) comes from the spread between "
         "repetitions at each length (t with Satterthwaite df); the crossover's interval is "
         "where the band holds 0. An interval that reaches the measured range's ends, or a "
         "band that holds 0 everywhere, is <i>inconclusive</i>: the threshold is then "

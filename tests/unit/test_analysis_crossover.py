@@ -165,3 +165,24 @@ def test_trace_lines_are_normalized_from_several_spellings():
     assert np.isnan(n["bytes"]) and n["tokens"] == 32
     assert normalize_trace({"bytes": 10}) is None  # no time
     assert normalize_trace({"bytes": -1, "transfer_s": 0.1}) is None  # no size at all
+
+
+def test_a_cell_that_disagrees_with_the_pooled_crossover_is_named():
+    """The curve pools every length: a length inside the crossover's interval whose own cell
+    says recompute is clearly faster is said, with that cell's interval."""
+    from analysis.pull_recompute import Cell
+    from analysis.stats import Verdict
+
+    def cell(x: float, est: float, low: float, high: float) -> Cell:
+        status = Status.DECIDED if low > 0 or high < 0 else Status.INCONCLUSIVE
+        v = Verdict(est, low, high, 1.0, 4.0, 5, 10, status)
+        return Cell("multi_turn", int(x), 2, x, 100.0, 100.0 - est, v)
+
+    c = Crossover(Shape.CROSSING, Status.DECIDED, 800.0, 600.0, 1000.0, 100.0, 2000.0, 5, 50)
+    agree = [cell(200, -20, -30, -10), cell(900, 1, -5, 7), cell(1800, 30, 20, 40)]
+    assert Measured(cells=agree, crossover=c).disagreement_text() == ""
+    m = Measured(cells=[*agree, cell(950, -12, -20, -4)], crossover=c)
+    assert [x.x for x in m.disagreements()] == [950]
+    text = m.disagreement_text()
+    assert "950 tokens: recompute faster by its own cell, -12.0 ms [-20.0, -4.0]" in text
+    assert "inside the crossover's interval" in text
