@@ -320,7 +320,7 @@ def analyze_deployment(data: RunData, requests: pd.DataFrame, dep_id: str) -> De
         if len(loads) == 1
         else fit_spent(spent_frame(data.requests, _ok_ids(pts), pull_flow)),
         placement=str(first.get("placement", "") or ""),
-        hosts=_hosts(first),
+        hosts=_hosts(pts),
     )
 
 
@@ -338,12 +338,16 @@ def _ok_ids(pts: pd.DataFrame) -> set[str]:
     return set(pts.loc[pts["status"] == "ok", "point_id"])
 
 
-def _hosts(row: pd.Series) -> dict[str, str]:
-    try:
-        hosts = json.loads(str(row.get("hosts") or "{}"))
-    except json.JSONDecodeError:
-        return {}
-    return hosts if isinstance(hosts, dict) else {}
+def _hosts(pts: pd.DataFrame) -> dict[str, str]:
+    """Where the instances ran, from the first Point that recorded it ({} if none did)."""
+    for text in pts.get("hosts", []):
+        try:
+            hosts = json.loads(str(text or "{}"))
+        except json.JSONDecodeError:
+            continue
+        if isinstance(hosts, dict) and hosts:
+            return hosts
+    return {}
 
 
 def analyze_loads(

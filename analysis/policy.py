@@ -21,8 +21,10 @@ Fields (``SCHEMA_VERSION`` 1)::
       pull_cost           what a pull costs P beyond a recompute, from P's TTFT split over
                           every load (analysis/spent_cost.py): t0_ms (fixed part),
                           beta_ms_per_token (per history token pulled)
-      recompute_rate[]    per measured concurrency: tokens_per_s (R_eff, P's prefill rate
-                          per history token at that load, its queue included),
+      recompute_rate[]    per measured concurrency: tokens_per_s (R_eff: history tokens
+                          P recomputes per second at that load, its queue included, taken
+                          at the predicted crossover, else the longest length measured, so
+                          h * 1000 / tokens_per_s is the recompute cost there),
                           ms_per_token2 (attention's h^2 term, 0 when not seen)
       thresholds[]        per load band (ascending concurrency):
         concurrency       the load measured (requests in flight); null: not recorded

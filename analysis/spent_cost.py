@@ -5,13 +5,15 @@ its queue, compute and pull parts (``p_queue_ms + p_compute_ms + p_pull_ms``) at
 history tokens:
 
 - recompute: ``S(h) = r0 + r1 h (+ r2 h^2)``: P queues and prefills the history and the
-  new tokens; ``R_eff = 1 / r1`` is P's prefill rate at that load (tokens/s), ``r2``
-  attention's share (fitted with three or more lengths, kept only when > 0);
+  new tokens; ``r2`` is attention's share (fitted with three or more lengths, kept only when
+  > 0); P's recompute rate at that load, ``R_eff = 1 / (r1 + r2 h_ref)`` tokens/s, is the
+  history recomputed per second at ``h_ref``: the predicted crossover (the longest measured
+  length when there is none), so that ``h / R_eff`` is the recompute cost there;
 - pull (turns the router pulled): ``S(h) = p0 + beta h``: P queues, pulls the history and
   prefills the new tokens against it;
 - a pull costs P, beyond what a recompute spends anyway, a fixed ``t0 = p0 - r0`` and
   ``beta`` per token, so pulling pays where ``t0 + beta h < r1 h + r2 h^2`` (a load-aware
-  router's rule, ``h / R_eff`` when ``r2`` is 0): the predicted crossover is its root.
+  router's rule ``t0 + beta h < h / R_eff``): the predicted crossover is its root.
 
 Fits: weighted least squares on wave means (a turn of a repetition), weights ``1 / level^2``
 (``level``: the mean at that length, flow and turn), as ``saving_curve`` weighs. Intervals:
@@ -76,7 +78,7 @@ class SpentCosts:
     beta_ms_per_token: Interval
     recompute_ms_per_token: Interval  # r1
     recompute_ms_per_token2: float  # r2 (0: linear)
-    tokens_per_s: Interval  # R_eff = 1000 / r1
+    tokens_per_s: Interval  # R_eff = 1000 / (r1 + r2 h_ref), module docstring
     repetitions: int = 0
     requests: int = 0
     reason: str = ""  # why there is no prediction
@@ -220,16 +222,18 @@ def fit_spent(frame: pd.DataFrame, concurrency: int | None = None, seed: int = 0
     if degree == 2 and _design(rec, g, 2, scale).coef(np.ones((1, g)))[0, 2] <= 0:
         degree = 1  # attention's share not seen here: the straight line
     rd = _design(rec, g, degree, scale)
+    longest = float(rec["x"].max())
 
     def stat(w: np.ndarray) -> np.ndarray:
         rc, pc = rd.coef(w), pd_.coef(w)
         t0, beta, r1 = pc[:, 0] - rc[:, 0], pc[:, 1] / scale, rc[:, 1] / scale
         r2 = rc[:, 2] / scale**2 if degree == 2 else np.zeros_like(r1)
         h = np.clip(root(r2, r1 - beta, -t0), 1.0, MAX_TOKENS)
-        return np.column_stack([np.log(h), t0, beta, r1])
+        ref = np.where(h < MAX_TOKENS, h, longest)
+        return np.column_stack([np.log(h), t0, beta, r1, r1 + r2 * ref])
 
     spread = bootstrap_interval(stat, strata, seed=seed)
-    log_h, t0, beta, r1 = (float(v) for v in spread.estimate)
+    log_h, t0, beta, r1, secant = (float(v) for v in spread.estimate)
     r2 = float(rd.coef(np.ones((1, g)))[0, 2]) / scale**2 if degree == 2 else 0.0
     exact = float(root(r2, r1 - beta, -t0))
     reps = int(np.bincount(strata).min())
@@ -238,7 +242,7 @@ def fit_spent(frame: pd.DataFrame, concurrency: int | None = None, seed: int = 0
         beta_ms_per_token=Interval(beta, *_bounds(spread, 2)),
         recompute_ms_per_token=Interval(r1, *_bounds(spread, 3)),
         recompute_ms_per_token2=r2,
-        tokens_per_s=_rate(r1, *_bounds(spread, 3)),
+        tokens_per_s=_rate(secant, *_bounds(spread, 4)),
         repetitions=reps,
         requests=len(frame),
     )

@@ -38,6 +38,7 @@ def test_thresholds_per_band_are_the_per_load_crossovers(three_loads):
     (a,) = ctx.deployments()
     (dep,) = pol.deployments
     assert [t.concurrency for t in dep.thresholds] == [1, 4, 16]
+    seen: list = []
     for band, load in zip(dep.thresholds, a.loads, strict=True):
         c = load.measured.crossover
         assert band.status == "decided" and band.shape == "crossing"
@@ -48,6 +49,11 @@ def test_thresholds_per_band_are_the_per_load_crossovers(three_loads):
         assert band.threshold_interval.low == math.ceil(c.low / 16) * 16
         assert band.validated == load.check.validated
         assert band.predicted.value == load.spent.crossover.value
+        # the router's rule at this load flips at the predicted crossover
+        h, rate = band.predicted.value, dep.recompute_rate[len(seen)].tokens_per_s.value
+        pull = band.pull_cost.t0_ms.value + h * band.pull_cost.beta_ms_per_token.value
+        assert pull == pytest.approx(h * 1e3 / rate, rel=1e-9)
+        seen.append(band)
     ths = [t.kv_recompute_threshold for t in dep.thresholds]
     assert ths == sorted(ths, reverse=True)  # P recomputes slower under load: pull sooner
     # the bands cover every load: each from its level up to the next one
@@ -70,7 +76,10 @@ def test_the_deployment_is_described_for_a_router(three_loads):
     rates = [r.tokens_per_s.value for r in dep.recompute_rate]
     assert [r.concurrency for r in dep.recompute_rate] == [1, 4, 16]
     assert rates == sorted(rates, reverse=True)
-    assert rates[0] / rates[2] == pytest.approx(2.5, rel=0.15)
+    for r, (conc, d) in zip(dep.recompute_rate, sorted(LOADS.items()), strict=True):
+        # the history P recomputes per second at the load's crossover (64 new tokens)
+        truth = 1.0 / (d.c1_s + d.c2_s * (2 * 64 + d.exact_crossover()))
+        assert r.concurrency == conc and r.tokens_per_s.value == pytest.approx(truth, rel=0.1)
     d = dep.to_dict()
     assert d["measured"] == {
         "crossover": True,

@@ -46,11 +46,17 @@ def test_the_fit_recovers_what_p_spends(tmp_path):
     assert s.t0_ms.value == pytest.approx(DEP.alpha_s * 1e3, rel=0.05)
     r1 = (DEP.c1_s + 2 * DEP.c2_s * u) * 1e3
     assert s.recompute_ms_per_token.value == pytest.approx(r1, rel=0.05)
-    assert s.tokens_per_s.value == pytest.approx(1e3 / r1, rel=0.05)
     assert s.recompute_ms_per_token2 == pytest.approx(DEP.c2_s * 1e3, rel=0.1)
     assert s.shape is Shape.CROSSING
-    assert s.crossover.value == pytest.approx(DEP.exact_crossover(), rel=0.03)
-    assert s.crossover.low < s.crossover.value < s.crossover.high
+    h = s.crossover.value
+    assert h == pytest.approx(DEP.exact_crossover(), rel=0.03)
+    assert s.crossover.low < h < s.crossover.high
+    # R_eff: history recomputed per second at the crossover, so that a router's rule
+    # "pull when t0 + beta h < h / R_eff" flips exactly there
+    assert s.tokens_per_s.value == pytest.approx(1e3 / (r1 + DEP.c2_s * 1e3 * h), rel=0.05)
+    assert s.tokens_per_s.low < s.tokens_per_s.value < s.tokens_per_s.high
+    cost = s.t0_ms.value + s.beta_ms_per_token.value * h
+    assert cost == pytest.approx(h * 1e3 / s.tokens_per_s.value, rel=1e-9)
 
 
 def test_no_split_no_prediction():
