@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import os
 import signal
+import time
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Any
 
 import submitit
@@ -35,9 +37,16 @@ class DeploymentJob:
     # The task's run while ``__call__`` runs (its live servers): not part of what was
     # submitted, never pickled (``checkpoint`` pickles ``restart()``).
     running: Any = field(default=None, init=False, repr=False, compare=False)
+    # This attempt's start and the Point records the run dir held then (``checkpoint``:
+    # an attempt cut by its time limit that wrote none is not requeued).
+    started: tuple[float, dict[str, float]] | None = field(
+        default=None, init=False, repr=False, compare=False
+    )
 
     def __call__(self) -> dict[str, Any]:
         from jobs.run import task  # lazy: node runtime, loaded on the allocation only
+
+        self.started = (time.time(), point_records(self.spec.run_dir))
 
         self.running = task.DeploymentTask(
             self.deployment, self.points, self.spec, self.tracking, self.run_config, self.search
@@ -58,6 +67,15 @@ class DeploymentJob:
             return None
         if self.running is not None:
             self.running.leave("time limit near or preemption notice (USR2)")
+        if self.recorded_nothing_by_its_time_limit():
+            os.write(
+                1,
+                b"[pdbench] time limit near and this attempt recorded no Point: the job is not "
+                b"requeued (every attempt would end the same way). Fix: a longer "
+                b"cluster.time_limit_min (the servers' start and one Point must fit), then "
+                b"rerun the same command: Points recorded ok are skipped\n",
+            )
+            return None
         # os.write, not print: a signal handler may interrupt a print (reentrant call).
         os.write(
             1,  # stdout: the job's log
@@ -66,6 +84,25 @@ class DeploymentJob:
         )
         return submitit.helpers.DelayedSubmission(self.restart())
 
+    def recorded_nothing_by_its_time_limit(self) -> bool:
+        """Whether this attempt ran into its time limit (submitit's rule: 80% of the limit,
+        at most 10 min before it; a preemption comes earlier) without writing any Point
+        record: requeueing it would only repeat that."""
+        if self.started is None:
+            return False
+        since, records = self.started
+        limit_s = 60.0 * float(self.run_config.get("cluster", {}).get("time_limit_min", 0) or 0)
+        timed_out = limit_s > 0 and time.time() - since >= min(0.8 * limit_s, limit_s - 600)
+        return timed_out and point_records(self.spec.run_dir) == records
+
     def restart(self) -> DeploymentJob:
         """This job as submitted: the Deployment, its Points, the launch spec, no state."""
         return replace(self)
+
+
+def point_records(run_dir: str | Path) -> dict[str, float]:
+    """The run dir's Point records and when each was last written."""
+    try:
+        return {p.name: p.stat().st_mtime for p in (Path(run_dir) / "points").glob("*.json")}
+    except OSError:
+        return {}

@@ -152,6 +152,10 @@ class ClusterConfig:
     # checkpoints, requeues itself and stops its servers; the requeued job measures the
     # Points not recorded ok. 0: 120 s, at most half the limit. Give it the teardown's time.
     signal_delay_s: int = 0
+    # How many times a job cut by its time limit is requeued (submitit's max_num_timeout,
+    # whose own default, 3, stopped long sweeps part-way). 0: one per Point of the job, the
+    # most a sweep can need, since an attempt that records no Point is not requeued.
+    max_requeues: int = 0
     # sbatch/srun --cpus-per-task of the one task per node; 0: cpus_per_node, else (whole
     # nodes: exclusive or GPUs) every core SLURM allocates on the node.
     cpus_per_task: int = 0

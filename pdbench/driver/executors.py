@@ -101,8 +101,18 @@ class SlurmExecutor(submitit_slurm.SlurmExecutor):
         ]
 
 
-def make_executor(cluster: ClusterConfig, folder: Path, nodes: int, job_name: str):
-    """A submitit executor for ``cluster`` whose jobs span ``nodes`` plan nodes."""
+SUBMITIT_MAX_REQUEUES = 3  # submitit's max_num_timeout: a job with no Points of its own
+
+
+def max_requeues(cluster: ClusterConfig, points: int) -> int:
+    """Requeues a job of ``points`` Points may take after time limits: ``cluster.max_requeues``
+    when set, else one per Point (each attempt records one at least, or ends the chain)."""
+    return cluster.max_requeues or points or SUBMITIT_MAX_REQUEUES
+
+
+def make_executor(cluster: ClusterConfig, folder: Path, nodes: int, job_name: str, points: int = 0):
+    """A submitit executor for ``cluster`` whose jobs span ``nodes`` plan nodes and measure
+    at most ``points`` Points each (0: not Points, e.g. the transfer bench)."""
 
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
@@ -115,4 +125,5 @@ def make_executor(cluster: ClusterConfig, folder: Path, nodes: int, job_name: st
     else:
         executor = submitit.LocalExecutor(folder=folder, python=cluster.python or None)
     executor.update_parameters(**params)
+    executor.max_num_timeout = max_requeues(cluster, points)  # read at each submit
     return executor

@@ -109,7 +109,8 @@ def submit_deployments(
         for dep_id in sub.deployment_ids
     ]
     folder = Path(spec.submitit_folder)
-    jobs = submit(cfg.cluster, folder, sub.nodes, sub.job_name, work, sub.sbatch)
+    points = max(len(plan.points[dep_id]) for dep_id in sub.deployment_ids)
+    jobs = submit(cfg.cluster, folder, sub.nodes, sub.job_name, work, sub.sbatch, points)
     for job in jobs:
         run_dir.record_job(job.label, job.job)
         job.stop_after = lambda outcome, dep_id=job.label: run_dir.stop_after(dep_id, outcome)

@@ -59,10 +59,12 @@ def submit(
     job_name: str,
     work: list[tuple[str, Callable[[], Any]]],
     sbatch: str = "",
+    points: int = 0,
 ) -> list[Submitted]:
     """Submit each ``(label, callable)`` as a job of ``nodes`` plan nodes (several: one array
-    on SLURM). ``sbatch``: the script the launch spec holds, checked against what SLURM got."""
-    executor = make_executor(cluster, folder, nodes, job_name)
+    on SLURM). ``sbatch``: the script the launch spec holds, checked against what SLURM got;
+    ``points``: the most Points one job measures (how many requeues it may need)."""
+    executor = make_executor(cluster, folder, nodes, job_name, points)
     if len(work) == 1:
         jobs = [executor.submit(work[0][1])]
     else:

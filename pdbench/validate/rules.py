@@ -753,6 +753,13 @@ def check_time_limit(cfg: RunConfig) -> list[ConfigProblem]:
             "checkpoints and requeues as soon as it starts (or never)",
             f"0 (120 s, at most half the limit) or 1 to {c.time_limit_min * 60 - 1} seconds",
         )
+    if c.max_requeues < 0:
+        out.add(
+            "cluster.max_requeues",
+            c.max_requeues,
+            "is negative",
+            "0 (one requeue per Point of the job) or the number of requeues to allow",
+        )
     return out
 
 

@@ -97,3 +97,28 @@ def test_sigterm_leaves_as_a_system_exit_once_and_again_where_it_was_swallowed(
     assert signal.getsignal(signal.SIGTERM) is signal.SIG_IGN  # a second one waits
     with pytest.raises(JobInterrupted, match="signal 15: the Point in progress is not recorded"):
         task.check_leaving()
+
+
+def test_an_attempt_cut_by_its_time_limit_with_no_point_recorded_is_not_requeued(
+    running_job, tmp_path, sigterm_restored, capfd
+):
+    """Requeueing an attempt that recorded nothing before its time limit would only repeat
+    it (issue 23): checkpoint returns None, submitit ends the chain, the log says why."""
+    import time
+
+    from jobs.entry.deployment import point_records
+
+    job, _ = running_job
+    limit_s = 60 * job.run_config["cluster"]["time_limit_min"]
+    points = tmp_path / "points"
+    points.mkdir(exist_ok=True)
+    job.started = (time.time() - limit_s, point_records(tmp_path))  # ran to its limit
+    assert job.recorded_nothing_by_its_time_limit()
+    assert _checkpoint(DelayedSubmission(job), tmp_path / "s.pkl", countdown=2) == (
+        "checkpoint function returned None"
+    )
+    assert "this attempt recorded no Point: the job is not requeued" in capfd.readouterr().out
+    (points / "p1.json").write_text("{}")  # a Point recorded: requeued as before
+    assert not job.recorded_nothing_by_its_time_limit()
+    job.started = (time.time(), point_records(tmp_path))  # early: a preemption notice
+    assert not job.recorded_nothing_by_its_time_limit()

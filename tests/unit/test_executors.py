@@ -266,3 +266,15 @@ def test_whole_nodes_give_the_task_every_core_slurm_allocates() -> None:
     assert "setup" not in shared  # a shared CPU node: SLURM's default, nothing forced
     capped = executor_parameters(slurm_cluster(gpus_per_node=8, cpus_per_task=64), 1, "j")
     assert capped["cpus_per_task"] == 64 and "setup" not in capped
+
+
+def test_requeues_allowed_follow_the_points_of_the_job(tmp_path) -> None:
+    """submitit's default of 3 requeues stopped long sweeps part-way (issue 23): a job may
+    be requeued once per Point it measures (an attempt recording none ends the chain), or
+    as often as cluster.max_requeues says."""
+    assert executors.max_requeues(slurm_cluster(), 40) == 40
+    assert executors.max_requeues(slurm_cluster(), 0) == executors.SUBMITIT_MAX_REQUEUES
+    assert executors.max_requeues(slurm_cluster(max_requeues=5), 40) == 5
+    cluster = ClusterConfig(executor=ExecutorKind.local, time_limit_min=7)
+    executor = make_executor(cluster, tmp_path / "sub", nodes=1, job_name="j", points=12)
+    assert executor.max_num_timeout == 12
