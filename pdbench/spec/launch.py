@@ -39,7 +39,7 @@ from pdbench.plan.deployments import (
     Point,
     to_jsonable,
 )
-from pdbench.spec.sbatch import sbatch_script
+from pdbench.spec.sbatch import local_parameters, sbatch_script
 from pdbench.spec.serve_command import serve_command, serve_env
 from pdbench.spec.vllm_install import VllmInstall
 
@@ -164,6 +164,9 @@ class Submission:
     nodes: int  # nodes per job
     deployment_ids: list[str]  # one job (array element) each, in this order
     sbatch: str = ""  # the sbatch file SLURM receives; "" for the local and debug executors
+    # local executor: the lines each task's shell runs before the job (cluster.setup, then
+    # cluster.env's exports), which SLURM jobs carry in their sbatch file
+    setup: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -421,7 +424,13 @@ def build_launch(
     else:
         # Local jobs share this machine's cores and ports: one after another.
         submissions = [
-            Submission(job_name(d.deployment_id), d.nodes, [d.deployment_id]) for d in todo
+            Submission(
+                job_name(d.deployment_id),
+                d.nodes,
+                [d.deployment_id],
+                setup=local_setup(cfg, d.nodes, job_name(d.deployment_id)),
+            )
+            for d in todo
         ]
     return LaunchSpec(
         run_dir=cfg.dir,
@@ -430,6 +439,14 @@ def build_launch(
         deployments=specs,
         submissions=submissions,
     )
+
+
+def local_setup(cfg: RunConfig, nodes: int, name: str) -> list[str]:
+    """What submitit's local executor runs in each task's shell first (cluster.setup, then
+    cluster.env's exports); [] for the debug executor, which runs the job in this process."""
+    if cfg.cluster.executor is not ExecutorKind.local:
+        return []
+    return list(local_parameters(cfg.cluster, nodes, name).get("setup", []))
 
 
 def describe(spec: LaunchSpec, plan: Plan) -> str:
@@ -468,6 +485,9 @@ def describe(spec: LaunchSpec, plan: Plan) -> str:
         if sub.sbatch:
             lines.append("  sbatch script:")
             lines += ["    " + line for line in sub.sbatch.splitlines()]
+        if sub.setup:
+            lines.append("  setup (each task's shell runs it before the job):")
+            lines += ["    " + line for line in sub.setup]
     return "\n".join(lines) + "\n"
 
 

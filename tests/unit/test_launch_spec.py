@@ -155,3 +155,23 @@ def test_dry_run_text_lists_every_process_and_the_submission():
     assert text.count("router (<node0>:8000):") == 2
     assert text.count("#!/bin/bash") == 1 and "#SBATCH --array=0-1%2" in text
     assert "submission 1 of 1: pdbench-run, an array of 2 jobs of 1 node(s)" in text
+
+
+def test_a_local_dry_run_shows_the_setup_and_env_each_task_gets():
+    """cluster.setup and cluster.env reach a local job through submitit's setup lines: the
+    dry run prints them (issue 27: +cluster.env.FOO=bar never appeared in a local dry run),
+    as a SLURM one prints them in its sbatch script."""
+    cfg = cpu_run()
+    cfg.cluster.env = {"FOO": "bar"}
+    cfg.cluster.setup = ["ulimit -n 4096"]
+    plan = make_plan(cfg)
+    launch = build_launch(cfg, plan, "/m")
+    (sub,) = launch.submissions
+    assert sub.setup == ["ulimit -n 4096", "export FOO=bar"] and sub.sbatch == ""
+    text = describe(launch, plan)
+    assert "  setup (each task's shell runs it before the job):\n    ulimit -n 4096\n" in text
+    assert "\n    export FOO=bar\n" in text
+    slurm = slurm_run()
+    slurm.cluster.env = {"FOO": "bar"}
+    (sub,) = build_launch(slurm, make_plan(slurm), "/m").submissions
+    assert sub.setup == [] and "export FOO=bar" in sub.sbatch  # its sbatch script says it
