@@ -68,8 +68,11 @@ def launch(cfg: RunConfig, origin: LaunchOrigin, follow_jobs: bool = True) -> La
     model_path = model_path_for(cfg, create=not cfg.launch.dry_run)
     spec = build_launch(cfg, plan, model_path, run_dir.pending, cluster_servers_vllm(cfg.cluster))
     if cfg.launch.dry_run:
+        held = run_dir.resume_lines(verbose=True)
+        if held:  # what the dir holds first: the plan below can run to hundreds of lines
+            print(f"{held[0].rstrip(':')} (each listed at the end)\n")
         print(describe(spec, plan))
-        print("\n".join(run_dir.resume_lines(verbose=True)))
+        print("\n".join(held))
         note = dry_run_note(cfg)
         if note:
             print(note)

@@ -208,3 +208,22 @@ def test_a_manifest_entry_missing_keys_is_shown_not_a_key_error(tmp_path, capsys
     out = capsys.readouterr().out
     assert "job ? (x): unknown (the manifest's entry names no job id)" in out
     assert "job 123 (?): " in out and "deployment ?: 0 ok, 0 failed, 1 pending of 1" in out
+
+
+def test_a_dry_run_into_a_dir_with_records_says_what_it_skips_first(tmp_path, capsys):
+    """The skip/run summary comes before the plan (issue 27: a crossover dry run printed
+    ~300 lines with it last); the per-Point list stays at the end."""
+    from pdbench.driver.launch import launch
+
+    cfg = cpu_run(dir=str(tmp_path), name="smoke")
+    plan = make_plan(cfg)
+    write_manifest(to_jsonable(cfg), plan, RunStore(tmp_path), "/model")
+    point = plan.all_points()[0]
+    RunStore(tmp_path).write_point(PointResult(point.point_id, "ok", "", "agg", {}, {}), [])
+    cfg.launch.dry_run = True
+    launch(cfg, LaunchOrigin.of([]))
+    out = capsys.readouterr().out
+    total = len(plan.all_points())
+    head = f"{tmp_path} holds records: 1 Point(s) recorded ok are skipped, {total - 1} run"
+    assert out.startswith(head + " (each listed at the end)\n")
+    assert out.index("run dir: ") < out.index(f"  skip {point.point_id} (ok)")
