@@ -6,6 +6,11 @@ With ``bidirectional_kv_xfer`` D keeps each finished turn's KV for P to pull nex
 Here P is SIGKILLed while D decodes turn 1, so nobody ever pulls what D keeps: vLLM's
 lease (``decoder_kv_blocks_ttl``) must release it. The bound checked is functional (the
 TTL plus a generous margin for sampling and a loaded 2-core host), not a performance timing.
+
+At concurrency 2 the conversations' first turns overlap: one can be decoding on D while
+the other is still queued or prefilling on P, or D is still pulling its KV from P. P is
+killed only once every turn 1 is past P (``wait_until_turn_1_left_p``), so that every
+turn 1 must succeed and every turn 2 (it starts on P) must fail.
 """
 
 from __future__ import annotations
@@ -29,12 +34,13 @@ pytestmark = pytest.mark.e2e
 TTL_S = 20
 MARGIN_S = 10.0
 P_PORT, D_PORT = 8100, 8101
+CONVERSATIONS = 2
 ARGS = [
     "+experiment=decode_cost",
     "flow.flows=[pull]",
     "flow.decoder_kv_blocks_ttls_s=[]",
     f"flow.decoder_kv_blocks_ttl_s={TTL_S}",
-    "workload.conversations=2",
+    f"workload.conversations={CONVERSATIONS}",
     "workload.turns=2",
     "workload.output_tokens=48",
     "workload.concurrencies=[]",
@@ -62,19 +68,33 @@ def wait_for_line(proc: subprocess.Popen, needle: str, timeout_s: float) -> list
     pytest.fail(f"no '{needle}' within {timeout_s} s:\n{''.join(seen)[-3000:]}")
 
 
-def wait_until_d_decodes(timeout_s: float = 120) -> None:
-    """Turn 1 is on D (P's part done): D runs a request and its output grows."""
-    first = scrape(D_PORT).get("vllm:generation_tokens_total", 0.0)
+def wait_until_turn_1_left_p(conversations: int, timeout_s: float = 120) -> dict[str, float]:
+    """Every conversation's turn 1 is on D past its pull from P, and D still decodes one.
+
+    D runs a request only once its KV is in: vLLM keeps one that waits for P's KV among
+    its waiting requests. So turn 1 has left P for all when D's running requests plus
+    those it finished since the Point began make ``conversations``; none of turn 2 (it
+    starts on P) can have begun while D has not finished them all. Returns D's metrics then.
+    """
+    before = scrape(D_PORT).get("vllm:request_success_total", 0.0)
     deadline = time.monotonic() + timeout_s
+    now: dict[str, float] = {}
     while time.monotonic() < deadline:
         now = scrape(D_PORT)
-        if (
-            now.get("vllm:num_requests_running", 0) >= 1
-            and now.get("vllm:generation_tokens_total", 0.0) > first
-        ):
-            return
+        running = int(now.get("vllm:num_requests_running", 0))
+        finished = int(now.get("vllm:request_success_total", 0.0) - before)
+        if finished >= conversations:
+            pytest.fail(
+                f"D finished all {conversations} turn-1 requests before the test saw them all "
+                f"on D together with one still decoding (polling too slow?): {now}"
+            )
+        if running + finished >= conversations:
+            return now
         time.sleep(0.05)
-    pytest.fail("D never started decoding turn 1")
+    pytest.fail(
+        f"turn 1 of all {conversations} conversations never reached D within {timeout_s} s: "
+        f"D's last metrics {now}"
+    )
 
 
 def d_answers_alone() -> list[int]:
@@ -97,8 +117,8 @@ def test_p_killed_while_d_holds_blocks_d_frees_them_within_the_ttl(tmp_path: Pat
     proc = start_pdbench([*ARGS, f"dir={run_dir}"])
     try:
         wait_for_line(proc, "point [1/1]", 900)
-        wait_until_d_decodes()
-        prefill = server_on_port(run_dir, P_PORT)
+        prefill = server_on_port(run_dir, P_PORT)  # found first: the kill follows the wait
+        at_kill = wait_until_turn_1_left_p(CONVERSATIONS)
         os.killpg(os.getpgid(prefill.pid), signal.SIGKILL)
         held = scrape(D_PORT)["vllm:kv_cache_usage_perc"]
         assert d_answers_alone() == 4
@@ -110,7 +130,9 @@ def test_p_killed_while_d_holds_blocks_d_frees_them_within_the_ttl(tmp_path: Pat
     (point,) = load_points(run_dir).values()
     assert point["status"] == "failed" and "prefill0" in point["error"], point["error"][:500]
     reqs = [json.loads(x) for x in (run_dir / point["requests_file"]).read_text().splitlines()]
-    assert {r["status"] for r in reqs if r["turn"] == 1} == {"ok"}
+    failed_1 = [r["error"] for r in reqs if r["turn"] == 1 and r["status"] != "ok"]
+    assert not failed_1, f"turn 1 failed after it left P: {failed_1}; D when P died: {at_kill}"
+    assert len([r for r in reqs if r["turn"] == 1]) == CONVERSATIONS
     assert {r["status"] for r in reqs if r["turn"] == 2} == {"failed"}  # P gone: router 502
     bill = point["decode_bill"]
     # what D kept of turn 1 was never pulled; its lease released it, within the TTL + margin
