@@ -90,6 +90,13 @@ def launch(cfg: RunConfig, origin: LaunchOrigin, follow_jobs: bool = True) -> La
     return Launched(Ended.followed, run_dir, jobs, follow(jobs, run_dir.recorded))
 
 
+def job_points(plan: Plan, deployment_id: str) -> int:
+    """The most Points a Deployment's job measures: its plan's, or its search's cap."""
+    search = plan.searches.get(deployment_id)
+    planned = len(plan.points[deployment_id])
+    return max(planned, search.settings.max_points) if search is not None else planned
+
+
 def submit_deployments(
     cfg: RunConfig, plan: Plan, spec: LaunchSpec, run_dir: RunDir, index: int
 ) -> list[Submitted]:
@@ -112,7 +119,7 @@ def submit_deployments(
         for dep_id in sub.deployment_ids
     ]
     folder = Path(spec.submitit_folder)
-    points = max(len(plan.points[dep_id]) for dep_id in sub.deployment_ids)
+    points = max(job_points(plan, dep_id) for dep_id in sub.deployment_ids)
     jobs = submit(cfg.cluster, folder, sub.nodes, sub.job_name, work, sub.sbatch, points)
     for job in jobs:
         run_dir.record_job(job.label, job.job)

@@ -278,3 +278,17 @@ def test_requeues_allowed_follow_the_points_of_the_job(tmp_path) -> None:
     cluster = ClusterConfig(executor=ExecutorKind.local, time_limit_min=7)
     executor = make_executor(cluster, tmp_path / "sub", nodes=1, job_name="j", points=12)
     assert executor.max_num_timeout == 12
+
+
+def test_a_searching_job_may_need_a_requeue_per_point_of_its_search() -> None:
+    from pdbench.config.compose import compose_job
+    from pdbench.driver.launch import job_points
+    from pdbench.plan.deployments import make_plan
+
+    plan = make_plan(compose_job(["+experiment=crossover"]))  # no lengths given: searches
+    dep = plan.deployments[0].deployment_id
+    search = plan.searches[dep]
+    assert job_points(plan, dep) == max(len(plan.points[dep]), search.settings.max_points)
+    smoke = make_plan(compose_job(["+experiment=smoke"]))
+    dep = smoke.deployments[0].deployment_id
+    assert job_points(smoke, dep) == len(smoke.points[dep])
