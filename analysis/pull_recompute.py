@@ -93,7 +93,7 @@ class Control:
     diff: Verdict  # pull - recompute, ms, every length, 95%
     level_ms: float  # mean turn-1 TTFT of both flows
     bands: tuple[ControlBand, ...] = ()
-    family: int = 1  # deployments tested in the run
+    family: int = 1  # controls tested in the run (deployments, or loads of one)
     invalid: bool = False
     reason: str = ""
 
@@ -140,7 +140,7 @@ class Control:
             return f"{head}: not checked ({self.reason or d.why()})"
         head += (
             f"; pull / recompute by length band {', '.join(shown)} ({self.level:.2%} "
-            f"intervals: {len(self.bands)} band(s) x {self.family} deployment(s) share 5%)"
+            f"intervals: {len(self.bands)} band(s) x {self.family} control(s) of the run share 5%)"
         )
         if self.invalid:
             return f"{head}: INVALID RUN: {self.reason}"
@@ -156,7 +156,7 @@ class Control:
                 for b, v in zip(self.bands, self.band_verdicts(), strict=True)
             ],
             "level": self.level,
-            "deployments": self.family,
+            "controls_in_run": self.family,
             "invalid": self.invalid,
             "reason": self.reason,
             "text": self.line(),

@@ -56,13 +56,15 @@ class ControlAnswer:
 
 
 def answer(ctx: Context) -> list[ControlAnswer]:
-    """One per deployment, or per load where it ran several (``DeploymentAnalysis.loads``)."""
-    return [
-        ControlAnswer(f"{a.label} · {load.name}" if a.per_load else a.label, load.measured.control)
+    """One per deployment, or per load where it ran several (``DeploymentAnalysis.loads``),
+    each judged as one of the run's controls (they share its 5%)."""
+    tested = [
+        (f"{a.label} · {load.name}" if a.per_load else a.label, load.measured.control)
         for a in ctx.deployments()
         for load in a.loads
         if load.measured.control is not None
     ]
+    return [ControlAnswer(label, c.judged(len(tested))) for label, c in tested]
 
 
 def invalid_lines(answers: list[ControlAnswer]) -> list[str]:

@@ -136,3 +136,27 @@ def test_a_flow_bias_marks_the_run_invalid():
     print(f"biased runs INVALID: +20% {everywhere:.3f}, +10 ms at <= 128 tokens {short:.3f}, "
           f"three deployments +20% {three:.3f}")  # fmt: skip
     assert everywhere >= 0.95 and three >= 0.95 and short >= 0.6
+
+
+def test_the_run_s_controls_share_its_5_percent(tmp_path):
+    """Three deployments: each control is judged as one of three (2 bands x 3 = 6 tests)."""
+    from analysis.deployment import Context
+    from analysis.load import load_runs
+    from analysis.questions import control as control_question
+    from analysis.synthetic import write_synthetic_run
+
+    root = write_synthetic_run(
+        tmp_path / "run",
+        list(DEMO.deployments),
+        histories=(256, 1024),
+        turns=1,
+        flows=("recompute", "pull"),
+        noise=0.05,
+        bench=False,
+    )
+    answers = control_question.answer(Context.of(load_runs([root], progress=None)))
+    assert len(answers) == 3
+    for a in answers:
+        assert a.control.family == 3 and a.control.level == pytest.approx(1 - 0.05 / 6)
+        assert "2 band(s) x 3 control(s) of the run share 5%" in a.lines()[0]
+        assert a.to_dict()["controls_in_run"] == 3 and not a.invalid
