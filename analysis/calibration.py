@@ -95,7 +95,7 @@ class Check:
 
     @property
     def passed(self) -> bool:
-        return self.low <= self.rate <= self.high
+        return bool(self.low <= self.rate <= self.high)
 
     def line(self) -> str:
         mark = "ok  " if self.passed else "FAIL"

@@ -48,6 +48,13 @@ HISTORIES = (128, 512, 1024, 1536, 2048)
 USER, OUTPUT = 64, 16  # turn 2's history is the length + 80
 # a pull with a 40 ms fixed cost: recompute wins at short histories, pull above ~881 tokens
 CROSSING = SyntheticDeployment(c0_s=0.005, c2_s=3e-8, alpha_s=0.04)
+# truths the quadratic fit does not have (the method only, no breaks): a +10 ms step per
+# 1,024-token prefill chunk; a pull whose per-byte time saturates at 10 ms
+TRUTHS = {
+    "quadratic": CROSSING,
+    "stepped": replace(CROSSING, chunk_tokens=1024, chunk_step_s=0.010),
+    "saturating": replace(CROSSING, beta_bytes_per_s=0.1e9, transfer_cap_s=0.010),
+}
 
 
 NOISES = {
@@ -91,7 +98,7 @@ def estimates(req: pd.DataFrame, dep: SyntheticDeployment = CROSSING) -> RunEsti
     for _, g in w.groupby(["h", "turn"]):
         v = stats.mean_verdict(g["d_ms"].to_numpy(float))
         cells.append((float(g["x"].mean()), v.estimate, v.se, v.df, v.decided))
-    truth = dep.exact_crossover()
+    truth = dep.exact_crossover() if dep.quadratic else dep.crossover_tokens(USER)
     return run_estimates(
         curve, cells, crossover(curve), lambda x: 1e3 * dep.saving_s(x, USER), truth
     )
@@ -182,10 +189,15 @@ BREAKS = (
 )
 
 
-def checked(runs: list[pd.DataFrame], brk: Break | None = None, floors=(0.0, 0.0)):
+def checked(
+    runs: list[pd.DataFrame],
+    brk: Break | None = None,
+    floors=(0.0, 0.0),
+    dep: SyntheticDeployment = CROSSING,
+):
     """The calibration checks of the method (or of ``brk``) on these runs."""
     if brk is None:
-        return calibration([estimates(r) for r in runs], *floors)
+        return calibration([estimates(r, dep) for r in runs], *floors)
     with brk.context():
         return calibration([estimates(brk.data(r)) for r in runs], *floors)
 
@@ -200,11 +212,21 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--runs", type=int, default=400)
     ap.add_argument("--repetitions", type=int, default=3)
     ap.add_argument("--noise", choices=sorted(NOISES), action="append")
+    ap.add_argument("--truth", choices=sorted(TRUTHS), action="append")
     ap.add_argument("--out", type=Path)
     args = ap.parse_args(argv)
     started, load = time.time(), os.getloadavg()
     results: dict[str, dict] = {}
-    for noise in args.noise or sorted(NOISES):
+    for truth in args.truth or []:  # the method only, on the rough noise
+        dep = TRUTHS[truth]
+        runs = [generate(s, dep, repetitions=args.repetitions) for s in range(args.runs)]
+        checks = checked(runs, dep=dep)
+        results[f"{truth} truth"] = {"method": [{**vars(c), "passed": c.passed} for c in checks]}
+        root = dep.crossover_tokens(USER)
+        print(f"{truth} truth (crossover at turn 2: {root:,.0f} tokens), rough noise:")
+        for c in checks:
+            print(f"  {c.line()}", flush=True)
+    for noise in args.noise or ([] if args.truth else sorted(NOISES)):
         runs = [generate(s, noise=NOISES[noise], repetitions=args.repetitions)
                 for s in range(args.runs)]  # fmt: skip
         method = checked(runs)
