@@ -25,7 +25,8 @@ chunk of ``chunk_tokens`` computed, and a transfer whose per-byte time saturates
 Measured TTFTs are the truth times multiplicative noise (``Noise``, each factor lognormal
 with mean 1): one per run (identical runs differ ~2x on the 2-core machine), a slow drift
 over each Deployment's run order (a random walk), one per Point, one per wave (the requests
-of one turn of one Point are batched together) and one per request (heavy-tailed, ~35%).
+of one turn of one Point are batched together) and one per request (lognormal: a
+mild tail, excess kurtosis ~1 at sigma 0.25; the heavy tails are ``Noise``'s stalls).
 Every (history length, flow) is measured ``repetitions`` times, as independent Points;
 the Points of a Deployment run in a seeded random order (``order_index``), repetition
 ``r`` of every flow with the same conversations. ``order=RunOrder.BLOCKS`` runs them as the
@@ -86,7 +87,7 @@ REQUEST_FIELDS = asdict(
 class Noise:
     """Log-scale standard deviations of the multiplicative noise (0: none)."""
 
-    request: float = 0.0  # each request on its own (heavy right tail)
+    request: float = 0.0  # each request on its own (lognormal: a mild right tail)
     wave: float = 0.0  # shared by a wave: the requests of one (Point, turn)
     point: float = 0.0  # shared by a Point
     drift: float = 0.0  # a random walk over a Deployment's run order, this spread overall
@@ -100,9 +101,10 @@ class Noise:
 
     @classmethod
     def realistic(cls) -> Noise:
-        """Like this 2-core machine: ~30% per request, waves and Points that move together as
-        much (a wave of 2-4 batched requests is about one sample),
-        drift over a run, and identical runs ~2x apart."""
+        """Much noisier than a real crossover run, whose flows share most of their noise
+        (``rough``): 25% per request, waves and Points that move as much, independently
+        per flow (a wave of 2-4 batched requests is about one sample), drift over a run,
+        and identical runs ~2x apart."""
         return cls(request=0.25, wave=0.35, point=0.15, drift=0.2, run=0.35, transfer=0.2)
 
     @classmethod
