@@ -4,7 +4,8 @@
 rank, rendezvous_dir)`` on each node -> ``NodeReport`` (one line per failed check; its
 ``findings`` are that node's provenance: driver, CUDA, vLLM/NIXL/UCX versions, GPUs, NICs).
 Modules: ``spec`` (what to check), ``checks`` (pure checks), ``nvidia_smi`` (parsers),
-``probes`` (what a node is asked), ``rendezvous`` (the cross-node protocol), ``runner``,
+``probes`` (what a node is asked), ``rendezvous`` (the cross-node protocol), ``transfer``
+and ``transfer_side`` (one KV-shaped NIXL read from P's device to D's), ``runner``,
 ``job`` (the deployment job's first step); the report's schema is ``pdbench.results.preflight``.
 """
 

@@ -9,11 +9,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from connector.ucx import UcxResource, connectable_am, expand, matching
+from connector.ucx import UcxResource, connectable_am, expand, matching, unexpected_path
+from connector.ucx_proto import tcp_fallback
 from jobs.preflight.nvidia_smi import GpuInfo, Topology
 from jobs.preflight.spec import NodeExpectation
 from pdbench.results.preflight import CheckResult, failed, passed, skipped
 from pdbench.spec.launch import task_devices
+from pdbench.spec.transfer_probe import TransferProbe
 
 
 @dataclass
@@ -257,3 +259,84 @@ def check_address(address: str, how: str, error: str) -> CheckResult:
         found, _, fix = error.partition(". Fix: ")
         return failed("address", found, fix or "map this node's name in /etc/hosts or DNS")
     return passed("address", f"{address}: {how}")
+
+
+TRANSFER_BENCH_FIX = (
+    "python -m pdbench +experiment=transfer_bench with this cluster, model and transport "
+    "measures each UCX_TLS (bench.ucx_tls=[...]) between these devices"
+)
+
+
+def transfer_findings(probe: TransferProbe, record: dict | None, error: str = "") -> dict:
+    """What the transfer preflight measured, for the node's findings (and so the manifest's
+    ``provenance.nodes``): GB/s, the UCX transports that carried the read, what moved where."""
+    record = record or {}
+    return {
+        "gb_s": round(float(record.get("gb_s", 0.0)), 3),
+        "ucx_transports": list(record.get("ucx_transports", [])),
+        "ucx_tls": probe.ucx_tls,
+        "from": f"{probe.owner} ({probe.side(probe.owner_node, probe.owner_gpu)})",
+        "to": f"{probe.reader} ({probe.side(probe.reader_node, probe.reader_gpu)})",
+        "memory": probe.memory,
+        "tp_split": probe.split,
+        "tokens": probe.tokens,
+        "bytes": int(record.get("bytes", probe.nbytes)),
+        "median_s": record.get("median_s", 0.0),
+        "memcpy_gb_s": round(float(record.get("memcpy_gb_s", 0.0)), 3),
+        "integrity_ok": bool(record.get("integrity_ok", False)),
+        "expected_gb_s": probe.expected_gb_s,
+        "floor_gb_s": probe.floor_gb_s,
+        "error": error or (record.get("error", "") if record.get("status") != "ok" else ""),
+    }
+
+
+def check_transfer(probe: TransferProbe | None, found: dict | None) -> CheckResult:
+    """The transfer preflight's verdict from its findings (``transfer_findings``; None: this
+    node reads nothing): the read ran, moved the right bytes, and at ``floor_gb_s`` or more."""
+    if probe is None:
+        return skipped("transfer", "no P/D instances: no KV moves between servers")
+    if found is None:
+        return skipped(
+            "transfer", f"{probe.owner}'s side of the read node{probe.reader_node} times"
+        )
+    what = f"{found['from']} to {found['to']}"
+    over = "+".join(found["ucx_transports"]) or "a UCX transport the log does not name"
+    if found["error"]:
+        return failed(
+            "transfer",
+            f"no KV-shaped NIXL read from {what} with UCX_TLS={probe.ucx_tls or 'default'}: "
+            f"{found['error'].splitlines()[0]}",
+            f"a UCX_TLS this node pair supports (transport.ucx_tls); {TRANSFER_BENCH_FIX}",
+        )
+    if not found["integrity_ok"]:
+        return failed(
+            "transfer",
+            f"the read from {what} over {over} moved other bytes than P holds",
+            f"another transport (transport.ucx_tls); {TRANSFER_BENCH_FIX}",
+        )
+    gb_s, used = found["gb_s"], found["ucx_transports"]
+    expected = list(probe.expected_transports)
+    off_path = unexpected_path(used, expected) or tcp_fallback(used, probe.ucx_tls)
+    not_expected = f", not the expected {','.join(expected)}" if off_path and expected else ""
+    measured = (
+        f"{gb_s:.2f} GB/s over {over}{not_expected} ({found['bytes'] / 2**20:.0f} MiB, {what})"
+    )
+    if probe.floor_gb_s > 0 and gb_s < probe.floor_gb_s:
+        share = probe.floor_gb_s / probe.expected_gb_s if probe.expected_gb_s else 0.0
+        if off_path:
+            why = (
+                f"UCX fell back to {over}: make the transport's own path work on these nodes "
+                "(rc: the IB/RoCE drivers and GPUDirect RDMA, nvidia_peermem; cuda_ipc: NVLink "
+                "between these GPUs)"
+            )
+        else:
+            why = "check the link (nvidia-smi topo -m, ibstat) and UCX_NET_DEVICES"
+        return failed(
+            "transfer",
+            f"{measured}, under the floor {probe.floor_gb_s:g} GB/s ({share:.0%} of "
+            f"transport.expected_gb_s={probe.expected_gb_s:g})",
+            f"{why}; or transport.expected_gb_s=<this fabric's figure> "
+            "(transport.preflight_floor_share=0: no floor)",
+        )
+    floor = f", floor {probe.floor_gb_s:g}" if probe.floor_gb_s > 0 else ", no floor"
+    return passed("transfer", measured + floor)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import shutil
 import socket
+import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
@@ -32,6 +33,7 @@ from jobs.preflight.checks import (
     skipped,
 )
 from jobs.preflight.spec import PreflightSpec
+from jobs.preflight.transfer import run_transfer
 from jobs.slurm_env import NodeAddressError, TaskEnvironment
 from pdbench.results.preflight import NodeReport, report_file
 from pdbench.spec.launch import LOOPBACK
@@ -127,10 +129,30 @@ def run_preflight(
 
     rdv = Path(rendezvous_dir) if rendezvous_dir is not None else None
     report.results.extend(cross_node_checks(spec, rank, rdv, address, peer_timeout_s))
+    transfer_check(spec, rank, rdv, env, report)
     report.seconds = time.monotonic() - start
     if rdv is not None:
         Rendezvous(rdv).publish_json(report_file(rank), report.to_dict())
     return report
+
+
+def transfer_check(
+    spec: PreflightSpec, rank: int, rdv: Path | None, env: dict[str, str], report: NodeReport
+) -> None:
+    """The KV-shaped read from P's device to D's (``jobs.preflight.transfer``), last: the
+    nodes have met and their own checks are known. Its GB/s and transport go into the
+    findings of the node that reads."""
+    probe = spec.transfer
+    if probe is not None and not probe.same_node and rdv is None:
+        report.results.append(skipped("transfer", "P and D on two nodes, no shared directory"))
+        return
+    with tempfile.TemporaryDirectory(prefix="pdbench-transfer-") as scratch:
+        work = (rdv if rdv is not None else Path(scratch)) / "transfer"
+        result, found = run_transfer(probe, rank, work, spec.interpreter, env, report.ok)
+    if result is not None:
+        report.results.append(result)
+    if found is not None:
+        report.findings["transfer"] = found
 
 
 def cross_node_checks(

@@ -16,6 +16,7 @@ from connector.ucx import expand
 from pdbench.config.schema import RunConfig
 from pdbench.plan.deployments import make_plan
 from pdbench.spec.launch import DeploymentSpec, InstanceSpec, build_launch
+from pdbench.spec.transfer_probe import TransferProbe
 
 # The modules a server imports that a broken install breaks first: vLLM, NIXL, and
 # pdbench's connector plugin, which subclasses vLLM 0.32's NixlConnector internals.
@@ -49,6 +50,8 @@ class PreflightSpec:
     # Every task on one machine (local executor): servers bind loopback, on purpose.
     local: bool = False
     server_cli: str = ""  # the ``vllm`` CLI servers start with (``vllm serve``); "": a module
+    # One KV-shaped NIXL read from P's device to D's (``jobs.preflight.transfer``); None: none
+    transfer: TransferProbe | None = None
 
     @property
     def num_nodes(self) -> int:
@@ -81,6 +84,7 @@ class PreflightSpec:
             "imports": list(self.imports),
             "local": self.local,
             "server_cli": self.server_cli,
+            "transfer": self.transfer.to_dict() if self.transfer else None,
         }
 
     @classmethod
@@ -105,6 +109,7 @@ class PreflightSpec:
             imports=tuple(data.get("imports", IMPORTS)),
             local=bool(data.get("local", False)),
             server_cli=data.get("server_cli", ""),
+            transfer=TransferProbe.from_dict(data["transfer"]) if data.get("transfer") else None,
         )
 
 
@@ -191,6 +196,7 @@ def spec_from_launch(dep: DeploymentSpec) -> PreflightSpec:
         python=dep.python,
         local=dep.local,
         server_cli=server_cli(dep.instances),
+        transfer=dep.transfer,
     )
 
 

@@ -247,6 +247,9 @@ class TransportConfig:
     # []: no expectation. Only intra-node ones (cuda_ipc, shared memory): KV stays on a node.
     expected_ucx_transports: list[str] = field(default_factory=list)
     expected_gb_s: float = 0.0  # what the link should give; 0: unknown, no flag raised
+    # The transfer preflight (one KV-shaped NIXL read before any server starts) fails a run
+    # reading under this share of expected_gb_s; 0 (or expected_gb_s 0, as on CPU): no floor.
+    preflight_floor_share: float = 0.1
     env: dict[str, str] = field(default_factory=dict)
 
 

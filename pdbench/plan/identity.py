@@ -13,8 +13,9 @@ section    measured: in ids                              operational: not in ids
 =========  ============================================  =====================================
 model      every field (shape, weights path, dtype...)
 topology   every field (roles, TP, placement)
-transport  backends, memory kind, UCX settings, env      expected_ucx_transports, expected_gb_s
-                                                         (checks and flags, not the transfer)
+transport  backends, memory kind, UCX settings, env      expected_ucx_transports, expected_gb_s,
+                                                         preflight_floor_share (checks and
+                                                         flags, not the transfer)
 server     vLLM flags, KV space, threads, env, extra     startup_timeout_s, base_port,
            args, kv_load_failure_policy                  side_channel_base_port, router_port,
                                                          vllm_base_port
@@ -44,7 +45,7 @@ MEASURED_SECTIONS = ("model", "topology", "transport", "server", "flow", "worklo
 
 # Fields of those sections that do not change a measurement (see the table above).
 OPERATIONAL: dict[str, frozenset[str]] = {
-    "transport": frozenset({"expected_ucx_transports", "expected_gb_s"}),
+    "transport": frozenset({"expected_ucx_transports", "expected_gb_s", "preflight_floor_share"}),
     "server": frozenset(
         {
             "startup_timeout_s",

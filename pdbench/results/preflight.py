@@ -18,7 +18,8 @@ from connector.shared_files import Rendezvous
 
 @dataclass
 class CheckResult:
-    check: str  # imports | server | gpus | nvlink | ucx | model | address | run_dir | reach
+    check: str  # imports | server | gpus | nvlink | ucx | model | address | ports | run_dir |
+    # reach | transfer
     ok: bool
     found: str
     fix: str = ""

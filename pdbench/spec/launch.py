@@ -41,6 +41,7 @@ from pdbench.plan.deployments import (
 )
 from pdbench.spec.sbatch import local_parameters, sbatch_script
 from pdbench.spec.serve_command import serve_command, serve_env
+from pdbench.spec.transfer_probe import TransferProbe, transfer_probe
 from pdbench.spec.vllm_install import VllmInstall
 
 LOOPBACK = "127.0.0.1"
@@ -124,6 +125,8 @@ class DeploymentSpec:
     expected_ucx_transports: list[str] = field(default_factory=list)  # transport config's
     gpu_memory_gib: float = 0.0  # cluster.gpu_memory_gib on GPU clusters; 0: not compared
     preflight: bool = True  # launch.preflight: run it as the job's first step
+    # The preflight's KV-shaped NIXL read from P's device to D's; None: no KV moves (agg)
+    transfer: TransferProbe | None = None
     # Per-request timing lines of each instance's connector plugin: <timing_dir>/<instance>/
     timing_dir: str = ""
     # The Points in the order the job measures them (``pdbench.plan.run_order``) and its seed.
@@ -153,6 +156,8 @@ class DeploymentSpec:
         fields = dict(data)
         fields["instances"] = [InstanceSpec(**i) for i in data["instances"]]
         fields["router"] = RouterSpec(**data["router"])
+        if data.get("transfer"):
+            fields["transfer"] = TransferProbe.from_dict(data["transfer"])
         return cls(**fields)
 
 
@@ -276,6 +281,7 @@ def deployment_spec(
         expected_ucx_transports=list(dep.transport.expected_ucx_transports),
         gpu_memory_gib=gpu_memory_gib,
         preflight=preflight,
+        transfer=transfer_probe(dep),
         timing_dir=str(timing),
         run_order=[p.point_id for p in sorted(points, key=lambda p: p.order_index)],
         order_seed=points[0].workload.order_seed if points else 0,
@@ -526,10 +532,11 @@ def describe_preflight(dep: DeploymentSpec) -> str:
         return "preflight: off (launch.preflight=false)"
     expected = ",".join(dep.expected_ucx_transports) or "any"
     memory = f"{dep.gpu_memory_gib:g} GiB" if dep.gpu_memory_gib else "not compared"
+    transfer = dep.transfer.describe() if dep.transfer else "no transfer preflight (no P/D)"
     return (
         f"preflight (every node, before any server): imports with {dep.python}, model "
         f"{dep.model_path}, UCX transports expected: {expected}, GPU memory: {memory}, "
-        "node address, shared run dir"
+        f"node address, ports free, shared run dir; {transfer}"
     )
 
 

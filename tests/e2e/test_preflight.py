@@ -56,6 +56,10 @@ def test_cpu_preflight_passes_and_records_the_stack(tmp_path):
     assert checks["ucx"].found.startswith("NIXL's UCX ")
     assert report.findings["packages"]["nixl"] and report.findings["ucx"]["nixl"]
     assert report.findings["gpus"] == []
+    # One KV-shaped NIXL read from P's DRAM to D's, its GB/s and UCX transport recorded.
+    assert checks["transfer"].ok and not checks["transfer"].skipped
+    transfer = report.findings["transfer"]
+    assert transfer["gb_s"] > 0 and transfer["ucx_transports"] and transfer["integrity_ok"]
     # The driver's provenance names the same UCX: NIXL's own, not a system ucx_info's.
     assert provenance.nixl_ucx_version() == report.findings["ucx"]["nixl"]
 
@@ -137,6 +141,8 @@ def test_the_preflight_command_checks_this_machine(tmp_path):
     (kept,) = (run_dir / "preflight").glob("alone-*.json")
     reports = json.loads(kept.read_text())["reports"]
     assert [r["rank"] for r in reports] == [0, 1] and all(r["ok"] for r in reports)
+    # P on node 0, D on node 1: node 1 read P's KV through the shared dir and timed it.
+    assert reports[1]["findings"]["transfer"]["gb_s"] > 0
     assert server_pids(run_dir) == []
 
 
@@ -187,3 +193,4 @@ def test_the_preflight_command_on_two_slurm_nodes(local_slurm, tmp_path):  # noq
     checks = {r["check"]: r for r in reports[1]["results"]}
     assert checks["run_dir"]["ok"] and "1 other node(s) answer" in checks["reach"]["found"]
     assert checks["gpus"]["skipped"] and "no GPUs" in checks["gpus"]["found"]
+    assert checks["transfer"]["ok"] and reports[1]["findings"]["transfer"]["gb_s"] > 0

@@ -49,6 +49,10 @@ def test_every_flow_recorded_ok_with_the_schema(smoke_run):
             else:
                 assert 0 < row["prefill_ms_p50"] < row["ttft_ms_p50"], (flow, row)
     assert (run_dir / "manifest.json").exists()
+    # The transfer preflight's read (P's DRAM to D's) is in the manifest: GB/s and transport.
+    nodes = json.loads((run_dir / "manifest.json").read_text())["provenance"]["nodes"]
+    (transfer,) = [n["transfer"] for n in nodes.values() if "transfer" in n]
+    assert transfer["gb_s"] > 0 and transfer["ucx_transports"] and transfer["integrity_ok"]
     # The printed table shows all three flows and where the results are.
     assert "TTFT p50 by turn per flow" in proc.stdout
     for flow in ("agg", "recompute", "pull"):

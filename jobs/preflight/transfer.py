@@ -1,0 +1,119 @@
+"""The transfer preflight's processes: one KV-shaped NIXL read from P's device to D's.
+
+``run_transfer`` runs on each node of the preflight after its other checks. The node that
+holds P's device starts the owner process, the node that holds D's reads (one node may do
+both): each is ``python -m jobs.preflight.transfer_side``, one side of a one-case transfer bench
+(``connector.bench``, ``pdbench.spec.transfer_probe.bench_spec``), so the job's own process
+never opens a CUDA context or a NIXL agent before its servers start. The two sides meet
+through files in the preflight's directory of this job attempt (shared by every node); a
+side that cannot take part says so there, so the other stops waiting. The reader's record
+becomes the node's ``transfer`` check and findings (``checks.check_transfer``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+from pathlib import Path
+
+from connector.bench import OWNER, READER
+from connector.nixl_peer import publish_failure
+from connector.shared_files import write_json_atomic
+from jobs.preflight.checks import check_transfer, transfer_findings
+from pdbench.results.preflight import CheckResult
+from pdbench.spec.launch import task_devices
+from pdbench.spec.transfer_probe import TransferProbe
+
+JOB_ID = "preflight"  # connector.bench's rendezvous: <work>/rendezvous/<job id>/v0
+RECORD = "record.json"  # the reader's record
+START_S = 120.0  # on top of the probe's timeouts: each side's interpreter, torch, NIXL
+
+
+def agent_name(role: str) -> str:
+    """``connector.bench``'s agent of ``role`` for the first (only) UCX_TLS variant."""
+    return f"pdb-{role}-v0"
+
+
+def roles_on(probe: TransferProbe, rank: int) -> list[str]:
+    """The sides of the read node ``rank`` runs: owner (P's node), reader (D's node)."""
+    return [
+        r for r, node in ((OWNER, probe.owner_node), (READER, probe.reader_node)) if node == rank
+    ]
+
+
+def device_env(probe: TransferProbe, role: str, visible: str | None) -> dict[str, str]:
+    """CUDA_VISIBLE_DEVICES of one side: the plan's GPU, mapped through the task's devices;
+    {} for host memory."""
+    gpu = probe.owner_gpu if role == OWNER else probe.reader_gpu
+    if gpu < 0:
+        return {}
+    devices = task_devices(visible)
+    return {"CUDA_VISIBLE_DEVICES": devices[gpu] if gpu < len(devices) else str(gpu)}
+
+
+def run_transfer(
+    probe: TransferProbe | None,
+    rank: int,
+    work: Path,
+    python: str,
+    env: dict[str, str],
+    healthy: bool = True,
+) -> tuple[CheckResult | None, dict | None]:
+    """This node's part of the read: (its check, the findings) on the reader's node; on the
+    owner's node alone (its side's check, None); (None, None) where the node takes no part or
+    its own checks failed already (the peer is told, so it does not wait)."""
+    if probe is None:
+        return (check_transfer(None, None), None) if rank == 0 else (None, None)
+    roles = roles_on(probe, rank)
+    rdv = Path(work) / "rendezvous" / JOB_ID / "v0"
+    if not roles:
+        return None, None
+    if not healthy:
+        for role in roles:
+            publish_failure(rdv, agent_name(role), RuntimeError(f"node{rank} failed its checks"))
+        return None, None
+    work.mkdir(parents=True, exist_ok=True)
+    probe_file = work / "probe.json"
+    write_json_atomic(probe_file, probe.to_dict())
+    visible = env.get("CUDA_VISIBLE_DEVICES")
+    procs = {}
+    for role in roles:
+        child_env = {**env, **device_env(probe, role, visible)}
+        log = open(work / f"{role}.log", "ab")  # noqa: SIM115 (closed below)
+        argv = [python, "-m", "jobs.preflight.transfer_side", str(probe_file), role, str(work)]
+        procs[role] = (
+            subprocess.Popen(
+                argv, env=child_env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+            ),
+            log,
+        )
+    errors = {}
+    for role, (proc, log) in procs.items():
+        try:
+            code = proc.wait(timeout=3 * probe.timeout_s + START_S)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+            code = None
+        finally:
+            log.close()
+        if code != 0:
+            tail = (work / f"{role}.log").read_text(errors="replace").strip().splitlines()
+            why = f"its process {'timed out' if code is None else f'exited {code}'}"
+            errors[role] = f"{role} side: {why}: {tail[-1] if tail else 'no output'}"
+            publish_failure(rdv, agent_name(role), RuntimeError(errors[role]))
+    if READER not in roles:
+        return (
+            check_transfer(probe, transfer_findings(probe, None, errors[OWNER]))
+            if OWNER in errors
+            else check_transfer(probe, None)
+        ), None
+    try:
+        record = json.loads((work / RECORD).read_text())
+    except (OSError, json.JSONDecodeError):
+        record = None
+    error = "" if record else "; ".join(errors.values()) or "the reader wrote no record"
+    found = transfer_findings(probe, record, error)
+    return check_transfer(probe, found), found
