@@ -143,6 +143,10 @@ class ClusterConfig:
     # Memory of one GPU in GiB as nvidia-smi reports it (memory.total MiB / 1024); 0: unknown,
     # the weights-fit check is skipped. The preflight compares it with the nodes' GPUs.
     gpu_memory_gib: float = 0.0
+    # Dense bf16 TFLOPS of one GPU (H100 SXM: 989); 0: unknown, nothing is estimated from it.
+    # The prefill wave's expected time (pdbench/plan/prefill_wave.py) sizes the lease premise
+    # and the dry run's Points per attempt.
+    gpu_tflops: float = 0.0
     cpus_per_node: int = 0  # 0: the cores of the machine running the driver
     partition: str = ""
     account: str = ""

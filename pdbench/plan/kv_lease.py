@@ -23,9 +23,9 @@ def pull_window_s(ttl_s: float) -> float:
     return ttl_s - VLLM_DECLINE_MARGIN_S - allowance
 
 
-def shortest_pulling_ttl_s() -> int:
-    """The shortest whole-second TTL whose pull window is not empty."""
+def shortest_pulling_ttl_s(window_s: float = 0.0) -> int:
+    """The shortest whole-second TTL whose pull window is longer than ``window_s``."""
     ttl = 1
-    while pull_window_s(ttl) <= 0:
+    while pull_window_s(ttl) <= window_s:
         ttl += 1
     return ttl

@@ -10,7 +10,10 @@ with one repetition, say); the concurrency rule is no premise but a label, alway
 - **P can pull**: with ``pull`` (or ``decode_first`` falling back to pull) measured, every
   TTL must leave P a pull window (``pdbench.plan.kv_lease``): vLLM's P declines a read
   within 5 s of D's expiry, so a TTL of 6 s or less never pulls and "pull" measures
-  recompute.
+  recompute. Where the GPU's speed is known (``cluster.gpu_tflops``), the window must also
+  outlast the first prefill wave (``pdbench.plan.prefill_wave``): conversations whose first
+  turn P finished early send their next turn while P still prefills the others', and their
+  lease runs out in P's queue (``recompute_expired`` under the name pull).
 - **P evicts** (a working-set sweep, ``workload.conversation_counts`` of two or more values,
   the ``cache_pressure`` question): P keeps prefix caching, and the largest working set
   (conversations x the blocks of a conversation's longest prompt and its output) exceeds
@@ -29,6 +32,8 @@ import math
 from pdbench.config.problems import ConfigProblem, Problems, Rule
 from pdbench.config.schema import Command, Flow, RunConfig
 from pdbench.plan.kv_lease import VLLM_DECLINE_MARGIN_S, pull_window_s, shortest_pulling_ttl_s
+from pdbench.plan.lengths import usable_history
+from pdbench.plan.prefill_wave import prefill_wave
 from pdbench.validate import capacity
 
 LEAST_REPETITIONS = 2  # the fewest with an interval at all
@@ -83,6 +88,50 @@ def check_pull_window(cfg: RunConfig) -> list[ConfigProblem]:
             f"to queue, so D's blocks are never offered ({window:+.1f} s); the {names} Points "
             "would measure recompute under the name pull",
             f"a TTL of {shortest} s or more, or {ANYWAY}",
+        )
+    return out
+
+
+def longest_history(cfg: RunConfig) -> int:
+    """The longest history a run measures: its lengths', or its search's longest."""
+    w = cfg.workload
+    if w.history_tokens:
+        return max(w.history_tokens)
+    return cfg.search.max_history_tokens or usable_history(cfg.model, w)
+
+
+def check_lease_outlasts_a_wave(cfg: RunConfig) -> list[ConfigProblem]:
+    """Every TTL of a pulling run leaves P a window longer than the first prefill wave at
+    the run's longest history (skipped where ``cluster.gpu_tflops`` is unknown)."""
+    flows = pulling_flows(cfg)
+    if not flows or not premises_apply(cfg) or cfg.workload.request_rate > 0:
+        return []  # spread arrivals (a request rate) make no wave
+    wave = prefill_wave(cfg, longest_history(cfg))
+    if wave is None:
+        return []
+    f = cfg.flow
+    field, ttls = (
+        ("flow.decoder_kv_blocks_ttls_s", f.decoder_kv_blocks_ttls_s)
+        if f.decoder_kv_blocks_ttls_s
+        else ("flow.decoder_kv_blocks_ttl_s", [f.decoder_kv_blocks_ttl_s])
+    )
+    need = shortest_pulling_ttl_s(wave.seconds)
+    out = Problems()
+    for ttl in dict.fromkeys(ttls):
+        window = pull_window_s(ttl)
+        if window <= 0 or window > wave.seconds:
+            continue  # an empty window is check_pull_window's
+        names = ", ".join(flow.value for flow in flows)
+        out.add(
+            field,
+            ttl,
+            f"the router lets P pull for {window:.1f} s after D's answer, but the first wave "
+            f"outlasts it ({wave.describe()}, cluster.gpu_tflops={wave.gpu_tflops:g}): the "
+            "conversations P served first send their next turn while P still prefills the "
+            f"others', their lease runs out in P's queue, and the {names} Points would "
+            "measure recompute under the name pull",
+            f"a TTL that covers the wave: {need} s or more; or fewer conversations in flight "
+            f"(workload.concurrency), or more P instances; or {ANYWAY}",
         )
     return out
 
@@ -256,6 +305,7 @@ def premises_of(cfg: RunConfig) -> list[str]:
 PREMISE_RULES: tuple[Rule, ...] = (
     check_concurrency,
     check_pull_window,
+    check_lease_outlasts_a_wave,
     check_p_evicts,
     check_repetitions,
 )
