@@ -34,9 +34,38 @@ QUESTIONS: tuple[Question, ...] = (
 )
 
 
+# The question each preset (``conf/experiment/<name>.yaml``, the manifest's config name) asks:
+# answered first, right after the flags a reader must not miss.
+PRESET_QUESTION = {
+    "crossover": "crossover",
+    "crossover_load": "crossover",
+    "threshold_sweep": "threshold",
+    "flows": "flows",
+    "placement": "placement",
+    "tp_pairings": "tp_pairing",
+    "decode_cost": "decode_cost",
+    "cache_pressure": "eviction",
+    "transfer_bench": "transfer",
+}
+
+
+def preset_questions(ctx: Context) -> list[str]:
+    """The questions the run dirs' presets ask, in the order of their dirs."""
+    names = [m.get("config", {}).get("name", "") for m in ctx.data.manifests.values()]
+    return list(dict.fromkeys(PRESET_QUESTION[n] for n in names if n in PRESET_QUESTION))
+
+
+def ordered(first: list[str]) -> tuple[Question, ...]:
+    """``QUESTIONS`` with the ``first`` ones moved up behind ``flagged``."""
+    head = [q for name in first for q in QUESTIONS if q.name == name]
+    rest = [q for q in QUESTIONS if q not in head]
+    return (*rest[:1], *head, *rest[1:])
+
+
 def answer_all(ctx: Context) -> list[Answered]:
-    """Every question, asked or not (an unasked one has no answers)."""
-    return [Answered(q, q.answer(ctx)) for q in QUESTIONS]
+    """Every question, asked or not (an unasked one has no answers): the preset's own
+    question first, after the flags."""
+    return [Answered(q, q.answer(ctx)) for q in ordered(preset_questions(ctx))]
 
 
 def by_name(answered: list[Answered]) -> dict[str, Answered]:

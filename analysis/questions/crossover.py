@@ -174,6 +174,11 @@ def answer(ctx: Context) -> list[Any]:
     out: list[Any] = []
     rest = []
     for a in ctx.deployments():
+        one = [x.measured for x in a.loads] if a.per_load else [a.measured]
+        why = design_measures_no_crossover(one)
+        if why:
+            out.append(Note(f"{a.label}: no crossover: {why}", {"deployment": a.label}))
+            continue
         if a.per_load:
             out.extend(CrossoverAnswer(a, load) for load in a.loads)
             said = validated_at(a.loads)
@@ -191,6 +196,28 @@ def answer(ctx: Context) -> list[Any]:
         )
         out.append(Note(text, {"not_measured": [a.label for a in rest], "reasons": reasons}))
     return out
+
+
+def design_measures_no_crossover(measured: list[Measured]) -> str:
+    """Why a run's design gives no crossover ('' when it does): one history length at every
+    turn, or several workload kinds (working sets) whose savings one curve would pool."""
+    if not any(m.cells for m in measured):
+        return ""
+    for m in measured:
+        kinds = sorted({c.kind for c in m.cells})
+        if len(kinds) < 2:
+            continue
+        return (
+            f"the saving was measured for {len(kinds)} workload kinds ({'; '.join(kinds)}), "
+            "each at its own lengths: one curve over all of them would mix them "
+            "(+experiment=crossover measures one kind at many lengths)"
+        )
+    if all(len({round(c.x) for c in m.cells}) < 2 for m in measured):
+        return (
+            "every turn measured one history length; a crossover needs the saving at two "
+            "lengths or more (+experiment=crossover)"
+        )
+    return ""
 
 
 def validated_at(loads: list[LoadAnalysis]) -> str:
