@@ -1,0 +1,127 @@
+"""How many Points one SLURM attempt of a job can hold (pure): what the dry run says.
+
+An attempt has the time limit, less the checkpoint's signal before it (USR2) and the servers'
+start (at most ``server.startup_timeout_s``: the bound, not a guess). A Point takes what
+Points of this run dir took (their median, once some are recorded), else a rough estimate,
+labelled so: per batch of conversations in flight, each turn is P's prefill wave of the full
+context (recompute's cost, pull's upper bound; ``pdbench.plan.prefill_wave``) and
+``DECODE_STEP_S`` per output token, plus D's TTL when ``flow.kv_tail`` waits it out and
+``POINT_OVERHEAD_S``. Without ``cluster.gpu_tflops`` there is no estimate, and the line
+says what would give one.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from pdbench.config.schema import RunConfig
+from pdbench.plan.prefill_wave import in_flight, prefill_seconds
+from pdbench.spec.sbatch import signal_delay_s
+
+DECODE_STEP_S = 0.03  # assumed: one decode step of a batch under load on a GPU (rough)
+POINT_OVERHEAD_S = 10.0  # assumed: a Point's own bookkeeping (scrapes, records, KV samples)
+ROUGH = (
+    "rough estimate: P's prefill of each turn's full context at the assumed MFU of "
+    "cluster.gpu_tflops, {step:g} s per output token"
+)
+
+
+@dataclass(frozen=True)
+class Attempt:
+    """One attempt's time and how many Points fit in it."""
+
+    time_limit_s: float
+    signal_s: float
+    startup_s: float
+    point_s: float | None  # None: no estimate
+    basis: str  # where point_s comes from
+    job_points: int  # the most Points one job measures
+
+    @property
+    def measuring_s(self) -> float:
+        return self.time_limit_s - self.signal_s - self.startup_s
+
+    @property
+    def points(self) -> int | None:
+        if self.point_s is None or self.point_s <= 0:
+            return None
+        return max(0, math.floor(self.measuring_s / self.point_s))
+
+    def describe(self) -> str:
+        head = (
+            f"each SLURM attempt: time limit {self.time_limit_s / 60:g} min, less "
+            f"{self.signal_s:g} s for the checkpoint (USR2) and up to {self.startup_s:g} s for "
+            "the servers' start "
+            f"(server.startup_timeout_s), leaves {max(0.0, self.measuring_s):.0f} s to measure"
+        )
+        if self.points is None:
+            return (
+                f"{head}; Points per attempt unknown: {self.basis} (cluster.gpu_tflops=<one "
+                "GPU's dense TFLOPS> gives a rough one; a first attempt's records a measured one)"
+            )
+        per = f"a Point takes about {self.point_s:.0f} s ({self.basis})"
+        if self.points < 1:
+            need = math.ceil((self.signal_s + self.startup_s + self.point_s) / 60) + 1
+            return (
+                f"{head}; {per}: no Point fits, and an attempt that records none is not "
+                f"requeued. Fix: cluster.time_limit_min={need} or more"
+            )
+        attempts = math.ceil(self.job_points / self.points)
+        return (
+            f"{head}; {per}: about {self.points} Point(s) per attempt, so a job of "
+            f"{self.job_points} Point(s) needs about {attempts} attempt(s)"
+        )
+
+
+def estimated_point_s(cfg: RunConfig, history: int) -> float | None:
+    """A rough duration of one Point at history length ``history`` (None: unknown GPU)."""
+    gpu_tflops, p, w = cfg.cluster.gpu_tflops, cfg.topology.prefill, cfg.workload
+    if gpu_tflops <= 0 or p.count < 1:
+        return None
+    flying = in_flight(cfg)
+    batches = math.ceil(max(w.conversation_counts or [w.conversations]) / max(1, flying))
+    per_p = math.ceil(flying / p.count)
+    turns = max(w.turns, w.turns_max)
+    seconds = 0.0
+    for turn in range(1, turns + 1):
+        context = w.common_prefix_tokens + history + turn * w.user_tokens
+        context += (turn - 1) * w.output_tokens
+        wave = per_p * prefill_seconds(cfg.model, context, p.tp, gpu_tflops)
+        seconds += wave + w.output_tokens * DECODE_STEP_S
+    tail = cfg.flow.decoder_kv_blocks_ttl_s + 5 if cfg.flow.kv_tail else 0
+    return batches * seconds + tail + POINT_OVERHEAD_S
+
+
+def median_point_s(records: list[dict]) -> float | None:
+    """The median duration of the Points recorded ok (None: none recorded)."""
+    spans = sorted(
+        r["finished_at"] - r["started_at"]
+        for r in records
+        if r.get("status") == "ok" and r.get("finished_at", 0) > r.get("started_at", 0) > 0
+    )
+    if not spans:
+        return None
+    middle = len(spans) // 2
+    return spans[middle] if len(spans) % 2 else (spans[middle - 1] + spans[middle]) / 2
+
+
+def attempt(
+    cfg: RunConfig, history: int, job_points: int, measured_point_s: float | None = None
+) -> Attempt:
+    """The attempt of a job of ``job_points`` Points whose longest history is ``history``;
+    ``measured_point_s``: the median duration of Points this run dir already recorded."""
+    limit_s = 60.0 * cfg.cluster.time_limit_min
+    signal_s = float(signal_delay_s(cfg.cluster.time_limit_min, cfg.cluster.signal_delay_s))
+    if measured_point_s:
+        point_s, basis = measured_point_s, "the median of the Points this dir recorded"
+    else:
+        point_s = estimated_point_s(cfg, history)
+        basis = (
+            ROUGH.format(step=DECODE_STEP_S)
+            if point_s is not None
+            else "no Point recorded in this dir and no cluster.gpu_tflops"
+        )
+    return Attempt(
+        limit_s, signal_s, float(cfg.server.startup_timeout_s), point_s, basis, job_points
+    )
