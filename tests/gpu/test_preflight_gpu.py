@@ -1,7 +1,10 @@
 """The preflight on a GPU node (device only): GPUs found as planned, CUDA transports in the
-UCX that NIXL bundles, the driver/CUDA/GPU facts recorded for the provenance."""
+UCX that NIXL bundles, the driver/CUDA/GPU facts recorded for the provenance, and the
+transfer preflight's VRAM read with its GB/s and transport."""
 
 from __future__ import annotations
+
+import sys
 
 import pytest
 
@@ -34,3 +37,41 @@ def test_preflight_on_one_gpu(tmp_path):
     assert checks["ucx"].ok and "cuda_copy/cuda" in checks["ucx"].found, checks["ucx"]
     assert report.findings["driver"] and report.findings["cuda"]
     assert report.findings["gpus"][0]["memory_gib"] > 0
+
+
+def test_transfer_preflight_reads_vram_and_names_its_transport(tmp_path):
+    """The transfer preflight between two GPUs (or one GPU's two processes): one KV-shaped
+    NIXL read of Llama 3 8B's shape, its GB/s and the UCX transport that carried it."""
+    from jobs.preflight.probes import probe_env
+    from jobs.preflight.transfer import run_transfer
+    from pdbench.spec.transfer_probe import TransferProbe
+
+    reader_gpu = 1 if torch.cuda.device_count() > 1 else 0
+    probe = TransferProbe(
+        owner="prefill0",
+        owner_node=0,
+        owner_gpu=0,
+        reader="decode0",
+        reader_node=0,
+        reader_gpu=reader_gpu,
+        memory="VRAM",
+        split="1->1",
+        tokens=4096,
+        model="llama3_8b",
+        dtype="bfloat16",
+        num_layers=32,
+        num_kv_heads=8,
+        head_dim=128,
+        dtype_bytes=2,
+        block_size=16,
+        backends=("UCX",),
+        ucx_tls="cuda_ipc,cuda_copy,tcp",
+        expected_transports=("cuda_ipc",),
+        expected_gb_s=200.0,
+        floor_gb_s=0.0,  # a figure, not a verdict: the GPU machine's link is not known here
+    )
+    env = probe_env({"UCX_TLS": probe.ucx_tls})
+    result, found = run_transfer(probe, 0, tmp_path / "transfer", sys.executable, env)
+    print(result.line("node0"), found)
+    assert result.ok and found["integrity_ok"], result.line("node0")
+    assert found["gb_s"] > 0 and found["ucx_transports"], found
