@@ -32,21 +32,38 @@ def run_and_analyse(args: list[str], run_dir: Path, multirun: bool = False) -> d
     return summary
 
 
-def test_crossover_preset_measures_where_pull_starts_to_win(tmp_path):
-    summary = run_and_analyse(
-        [
-            "+experiment=crossover",
-            "workload.history_tokens=[64,1024]",
-            "workload.conversations=1",
-            "workload.repetitions=2",
-        ],
-        tmp_path / "run",
-    )
+def test_crossover_preset_searches_where_pull_starts_to_win_and_a_rerun_resumes_it(tmp_path):
+    """No lengths given: a first pass over the usable range, then a round the search chose
+    (max_points lets exactly one in), every Point an ordinary record; the rerun finds the
+    search done and submits nothing."""
+    run_dir = tmp_path / "run"
+    args = [
+        "+experiment=crossover",
+        "workload.conversations=1",
+        "workload.repetitions=2",
+        "search.first_pass_lengths=3",
+        "search.max_history_tokens=2048",
+        "search.max_points=24",  # the first pass (12) and one round of at most 6 blocks
+    ]
+    summary = run_and_analyse(args, run_dir)
     (dep,) = summary["deployments"]
     assert dep["measured"]["shape"] in ANSWERED, dep["measured"]
     assert dep["measured"]["lo"] < dep["measured"]["hi"]
     assert "ttft_vs_history.png" in summary["plots"]
     assert "recommended kv_recompute_threshold" in "\n".join(summary["answer"])
+    (log,) = (run_dir / "search").glob("*.json")
+    rounds = json.loads(log.read_text())["rounds"]
+    assert rounds[-1]["done"], rounds
+    records = [json.loads(p.read_text()) for p in (run_dir / "points").glob("*.json")]
+    lengths = {r["workload"]["history_tokens"] for r in records}
+    assert {16, 2048} <= lengths
+    chosen = {b["history"] for r in rounds[:-1] for b in r["blocks"]}
+    assert chosen <= lengths  # every block a round chose was measured
+    assert all(r["status"] == "ok" for r in records)
+    again = run_pdbench([*args, f"dir={run_dir}"], 600)
+    assert again.returncode == 0, again.stdout[-3000:]
+    assert len(list((run_dir / "points").glob("*.json"))) == len(records)
+    assert server_pids(run_dir) == []
 
 
 def test_threshold_sweep_restarts_servers_per_value_and_names_the_best(tmp_path):
