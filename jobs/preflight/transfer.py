@@ -77,33 +77,40 @@ def run_transfer(
     work.mkdir(parents=True, exist_ok=True)
     probe_file = work / "probe.json"
     write_json_atomic(probe_file, probe.to_dict())
-    visible = env.get("CUDA_VISIBLE_DEVICES")
-    procs = {}
-    for role in roles:
-        child_env = {**env, **device_env(probe, role, visible)}
-        log = open(work / f"{role}.log", "ab")  # noqa: SIM115 (closed below)
-        argv = [python, "-m", "jobs.preflight.transfer_side", str(probe_file), role, str(work)]
-        procs[role] = (
-            subprocess.Popen(
-                argv, env=child_env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
-            ),
-            log,
-        )
+    (work / RECORD).unlink(missing_ok=True)
     errors = {}
-    for role, (proc, log) in procs.items():
-        try:
-            code = proc.wait(timeout=3 * probe.timeout_s + START_S)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-            code = None
-        finally:
-            log.close()
-        if code != 0:
-            tail = (work / f"{role}.log").read_text(errors="replace").strip().splitlines()
-            why = f"its process {'timed out' if code is None else f'exited {code}'}"
-            errors[role] = f"{role} side: {why}: {tail[-1] if tail else 'no output'}"
-            publish_failure(rdv, agent_name(role), RuntimeError(errors[role]))
+    procs: dict[str, subprocess.Popen] = {}
+    try:
+        for role in roles:
+            child_env = {**env, **device_env(probe, role, env.get("CUDA_VISIBLE_DEVICES"))}
+            argv = [python, "-m", "jobs.preflight.transfer_side", str(probe_file), role, str(work)]
+            with open(work / f"{role}.log", "ab") as log:
+                try:
+                    procs[role] = subprocess.Popen(
+                        argv,
+                        env=child_env,
+                        stdout=log,
+                        stderr=subprocess.STDOUT,
+                        start_new_session=True,
+                    )
+                except OSError as err:
+                    errors[role] = f"{role} side: {python} did not start ({err.strerror or err})"
+                    publish_failure(rdv, agent_name(role), RuntimeError(errors[role]))
+        for role, proc in procs.items():
+            try:
+                code = proc.wait(timeout=3 * probe.timeout_s + START_S)
+            except subprocess.TimeoutExpired:
+                code = None
+            if code != 0:
+                tail = (work / f"{role}.log").read_text(errors="replace").strip().splitlines()
+                why = "timed out" if code is None else f"exited {code}"
+                errors[role] = f"{role} side: its process {why}: {tail[-1] if tail else ''}"
+                publish_failure(rdv, agent_name(role), RuntimeError(errors[role]))
+    finally:  # a side still running (a timeout, the job's own teardown) is stopped here
+        for proc in procs.values():
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
     if READER not in roles:
         return (
             check_transfer(probe, transfer_findings(probe, None, errors[OWNER]))

@@ -214,3 +214,12 @@ def test_a_node_whose_checks_failed_tells_its_peer_instead_of_reading(tmp_path: 
     assert result == (None, None)
     told = list((tmp_path / "rendezvous").rglob(f"*{agent_name('reader')}*"))
     assert told, "the owner's process would wait out its timeout"
+
+
+def test_a_side_that_cannot_start_fails_the_check_in_one_line(tmp_path: Path):
+    probe = transfer_probe(deployment(cpu_run()))
+    result, found = run_transfer(probe, 0, tmp_path, "/nowhere/python", {})
+    line = result.line(NODE)
+    assert not result.ok and "\n" not in line
+    assert "owner side: /nowhere/python did not start" in found["error"]
+    assert line.startswith(f"preflight {NODE} transfer: found no KV-shaped NIXL read from prefill0")
