@@ -763,6 +763,27 @@ def check_time_limit(cfg: RunConfig) -> list[ConfigProblem]:
     return out
 
 
+def check_figures(cfg: RunConfig) -> list[ConfigProblem]:
+    """The hardware figures estimates and floors are computed from."""
+    out = Problems()
+    share = cfg.transport.preflight_floor_share
+    if not 0 <= share <= 1:
+        out.add(
+            "transport.preflight_floor_share",
+            share,
+            "is the share of transport.expected_gb_s under which the transfer preflight fails",
+            "a share from 0 (no floor) to 1, e.g. 0.1",
+        )
+    if cfg.cluster.gpu_tflops < 0:
+        out.add(
+            "cluster.gpu_tflops",
+            cfg.cluster.gpu_tflops,
+            "is negative",
+            "one GPU's dense bf16 TFLOPS (H100 SXM: 989), or 0: unknown",
+        )
+    return out
+
+
 RULES: tuple[Rule, ...] = (
     check_counts,
     check_model,
@@ -778,6 +799,7 @@ RULES: tuple[Rule, ...] = (
     check_kv_blocks,
     check_dirs,
     check_time_limit,
+    check_figures,
     *GPU_RULES,
     *PREMISE_RULES,
     check_transfer_bench,

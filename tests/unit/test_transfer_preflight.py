@@ -13,6 +13,7 @@ from connector.layout import KVLayout
 from jobs.preflight.checks import check_transfer, transfer_findings
 from jobs.preflight.spec import PreflightSpec, spec_from_launch
 from jobs.preflight.transfer import agent_name, device_env, roles_on, run_transfer
+from pdbench.cli import compose_job
 from pdbench.config.schema import KvBufferDevice, Placement, RoleSpec, TransportConfig
 from pdbench.plan.deployments import make_plan
 from pdbench.results.manifest import with_nodes
@@ -25,6 +26,7 @@ from pdbench.spec.transfer_probe import (
     floor_gb_s,
     transfer_probe,
 )
+from pdbench.validate.rules import validate
 from tests.unit.helpers import cpu_run, gpu_run
 
 pytestmark = pytest.mark.unit
@@ -223,3 +225,18 @@ def test_a_side_that_cannot_start_fails_the_check_in_one_line(tmp_path: Path):
     assert not result.ok and "\n" not in line
     assert "owner side: /nowhere/python did not start" in found["error"]
     assert line.startswith(f"preflight {NODE} transfer: found no KV-shaped NIXL read from prefill0")
+
+
+@pytest.mark.parametrize(
+    ("override", "start"),
+    [
+        (
+            "transport.preflight_floor_share=1.5",
+            "transport.preflight_floor_share=1.5: is the share",
+        ),
+        ("cluster.gpu_tflops=-1", "cluster.gpu_tflops=-1.0: is negative"),
+    ],
+)
+def test_a_floor_share_outside_0_1_or_negative_tflops_are_refused(override, start):
+    (line,) = [str(p) for p in validate(compose_job(["+experiment=smoke", override]))]
+    assert line.startswith(start) and ". Fix: " in line
