@@ -128,7 +128,9 @@ class SearchPoints:
         points = []
         for i, (block, flow) in enumerate(order):
             shape = shape_workload(wl, block.history, wl.conversations, block.load)
-            point = make_point(self.dep, flow, shape, block.history, block.repetition, i)
+            # its place in the whole run order: after every Point of the earlier rounds
+            index = step.points + i
+            point = make_point(self.dep, flow, shape, block.history, block.repetition, index)
             if self.store.point_status(point.point_id) is PointStatus.ok:
                 continue
             self._labels[point.point_id] = (

@@ -155,6 +155,7 @@ def _record(point, saving_ms: float, level_ms: float) -> PointResult:
         deployment={"deployment_id": point.deployment_id},
         workload=point.workload_record(),
         repetition=point.repetition,
+        order_index=point.order_index,
         by_turn=[TurnRow(1, 2, 0, 0, level_ms, level_ms, 0, 0, 0, 0), row],
         started_at=0.0,
         finished_at=1.0,
@@ -189,6 +190,8 @@ def test_the_job_runs_rounds_of_ordinary_points_and_a_rerun_resumes_the_search(t
     assert measured > {p.history_tokens for p in first}  # the search added lengths
     log = (tmp_path / "search" / f"{dep.deployment_id}.json").read_text()
     assert '"done": true' in log
+    order = [r["order_index"] for r in store.iter_points()]
+    assert len(set(order)) == len(order)  # one run order across the rounds
     seen = observations(store.iter_points(), "pull")
     assert len(seen) == len(store.iter_points()) // 2  # every block paired
 
