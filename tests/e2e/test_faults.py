@@ -8,12 +8,22 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
+from subprocess import CompletedProcess
 
 import psutil
 import pytest
 
-from tests.e2e.conftest import REPO, SERVER_MODULE, load_points, run_pdbench, server_pids
+from tests.e2e.conftest import (
+    REPO,
+    SERVER_MODULE,
+    kill_processes_under,
+    load_points,
+    run_pdbench,
+    server_pids,
+)
 
 pytestmark = pytest.mark.e2e
 
@@ -39,15 +49,31 @@ def start_pdbench(args: list[str]) -> subprocess.Popen:
     )
 
 
-def wait_for_points(run_dir: Path, n: int, proc: subprocess.Popen, timeout_s: float = 600):
+def ok_ids(run_dir: Path) -> set[str]:
+    """The Points recorded ok so far (a record being renamed into place is skipped)."""
+    ids = set()
+    for path in (run_dir / "points").glob("*.json"):
+        try:
+            record = json.loads(path.read_text())
+        except (OSError, json.JSONDecodeError):
+            continue
+        if record["status"] == "ok":
+            ids.add(record["point_id"])
+    return ids
+
+
+def wait_for_a_new_ok_point(
+    run_dir: Path, before: set[str], proc: subprocess.Popen, timeout_s: float = 600
+) -> None:
+    """Until this run has recorded a Point ok that was not ok before it started."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        if len(list((run_dir / "points").glob("*.json"))) >= n:
+        if ok_ids(run_dir) - before:
             return
         if proc.poll() is not None:
             pytest.fail(f"pdbench ended early:\n{proc.stdout.read()[-3000:]}")
         time.sleep(0.5)
-    pytest.fail(f"no {n} point record(s) after {timeout_s} s")
+    pytest.fail(f"no new Point recorded ok after {timeout_s} s")
 
 
 def server_on_port(run_dir: Path, port: int) -> psutil.Process:
@@ -58,10 +84,20 @@ def server_on_port(run_dir: Path, port: int) -> psutil.Process:
     raise AssertionError(f"no vLLM server on port {port}")
 
 
-def no_torn_files(run_dir: Path) -> None:
+def torn_files(run_dir: Path) -> list[str]:
+    """Point records that do not parse (half-written) and temporary files left behind."""
+    torn = [p.name for p in (run_dir / "points").glob(".*")]
     for path in (run_dir / "points").glob("*.json"):
-        json.loads(path.read_text())  # parses: never half-written
-    assert not list((run_dir / "points").glob(".*")), "temporary files left behind"
+        try:
+            json.loads(path.read_text())
+        except json.JSONDecodeError:
+            torn.append(path.name)
+    return torn
+
+
+def records(run_dir: Path) -> dict[str, dict]:
+    """Every Point record by file name."""
+    return {p.name: json.loads(p.read_text()) for p in (run_dir / "points").glob("*.json")}
 
 
 def test_server_that_never_starts_fails_the_deployment_with_its_log(tmp_path):
@@ -80,64 +116,131 @@ def test_server_that_never_starts_fails_the_deployment_with_its_log(tmp_path):
     assert server_pids(run_dir) == []
 
 
-@pytest.mark.parametrize("port", [8100, 8101], ids=["prefill_killed", "decode_killed"])
-def test_server_killed_mid_point_fails_that_point_then_resume_completes(tmp_path, port):
-    run_dir = tmp_path / "run"
-    args = [*SMALL, f"dir={run_dir}"]
-    proc = start_pdbench(args)
-    try:
-        wait_for_points(run_dir, 1, proc)  # the run order's first Point is done
-        (first_file,) = (run_dir / "points").glob("*.json")
+# The server faults share one run dir, one after the other, each run resuming the last:
+# P killed mid-Point, D killed mid-Point, SIGTERM to the job mid-Point, then a run that
+# completes. Six Points (3 flows x 2 history lengths), so that each faulted run has
+# measured one Point ok and has one in progress when its fault comes. Ports of their own: a
+# server another test leaked on the defaults fails no fault test. A request D dies under
+# while it streams keeps its client waiting to the request timeout (the router logs a 502
+# but leaves the client's stream open): 30 s instead of 120 bounds that wait; a request
+# here takes well under a second.
+P_PORT, D_PORT = 8780, 8781
+FAULTED = [
+    *SMALL,
+    "workload.history_tokens=[0,64]",
+    "workload.request_timeout_s=30",
+    f"server.base_port={P_PORT}",
+    "server.side_channel_base_port=5980",
+    "server.router_port=8680",
+    "server.vllm_base_port=19480",
+]
+
+
+@dataclass
+class Faulted:
+    """One run of the chain, from its start to its end after the fault."""
+
+    started: float  # time.time() at its start
+    returncode: int
+    output: str
+    kept: dict[str, int]  # the Points recorded ok before the fault: file name -> mtime
+    records: dict[str, dict]  # every record as the run left them
+    torn: list[str]  # records half-written or temporary files left behind
+    servers_left: list[int]
+
+
+def kill_server(port: int) -> Callable[[Path, subprocess.Popen], None]:
+    def fault(run_dir: Path, proc: subprocess.Popen) -> None:
         server = server_on_port(run_dir, port)
         os.killpg(os.getpgid(server.pid), signal.SIGKILL)
+
+    return fault
+
+
+def sigterm_the_job(run_dir: Path, proc: subprocess.Popen) -> None:
+    """SIGTERM to the submitit task running the deployment job (as SLURM preemption does)."""
+    tasks = [
+        p
+        for p in psutil.Process(proc.pid).children(recursive=True)
+        if "submitit" in " ".join(p.cmdline()) and SERVER_MODULE not in " ".join(p.cmdline())
+    ]
+    assert tasks, "no submitit task process found"
+    for task in tasks:
+        task.send_signal(signal.SIGTERM)
+
+
+def run_until(run_dir: Path, args: list[str], fault, settle_s: float = 0.0) -> Faulted:
+    """Start pdbench on ``run_dir``; once it has measured a Point ok, inject ``fault``.
+    Servers still up ``settle_s`` after pdbench ended are left behind."""
+    before, started = ok_ids(run_dir), time.time()
+    proc = start_pdbench(args)
+    try:
+        wait_for_a_new_ok_point(run_dir, before, proc)  # a Point of this run is done
+        kept = {
+            name: (run_dir / "points" / name).stat().st_mtime_ns
+            for name, r in records(run_dir).items()
+            if r["status"] == "ok"
+        }
+        fault(run_dir, proc)
         out, _ = proc.communicate(timeout=600)
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
-    assert proc.returncode != 0, out[-2000:]
-    points = load_points(run_dir)
-    assert json.loads(first_file.read_text())["status"] == "ok"
-    failed = [p for p in points.values() if p["status"] == "failed"]
-    assert failed and all(p["error"] for p in failed)
-    assert any("died" in p["error"] or "failed" in p["error"] for p in failed)
-    no_torn_files(run_dir)
-    assert server_pids(run_dir) == []
-    first_mtime = first_file.stat().st_mtime_ns
-    again = run_pdbench(args, 900)
-    assert again.returncode == 0, again.stdout[-3000:]
-    points = load_points(run_dir)
-    assert {p["status"] for p in points.values()} == {"ok"}
-    assert first_file.stat().st_mtime_ns == first_mtime  # recorded ok: not measured again
-    assert server_pids(run_dir) == []
-
-
-def test_sigterm_to_the_job_tears_down_and_resume_completes(tmp_path):
-    run_dir = tmp_path / "run"
-    args = [*SMALL, f"dir={run_dir}"]
-    proc = start_pdbench(args)
-    try:
-        wait_for_points(run_dir, 1, proc)
-        # The submitit task running the deployment job (as SLURM preemption signals it).
-        tasks = [
-            p
-            for p in psutil.Process(proc.pid).children(recursive=True)
-            if "submitit" in " ".join(p.cmdline()) and SERVER_MODULE not in " ".join(p.cmdline())
-        ]
-        assert tasks, "no submitit task process found"
-        for task in tasks:
-            task.send_signal(signal.SIGTERM)
-        out, _ = proc.communicate(timeout=300)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-    deadline = time.monotonic() + 60
+    deadline = time.monotonic() + settle_s
     while server_pids(run_dir) and time.monotonic() < deadline:
         time.sleep(0.5)
-    assert server_pids(run_dir) == [], out[-2000:]
-    no_torn_files(run_dir)
-    again = run_pdbench(args, 900)
-    assert again.returncode == 0, again.stdout[-3000:]
-    assert {p["status"] for p in load_points(run_dir).values()} == {"ok"}
+    left = server_pids(run_dir)
+    return Faulted(started, proc.returncode, out, kept, records(run_dir), torn_files(run_dir), left)
+
+
+@pytest.fixture(scope="module")
+def fault_chain(tmp_path_factory) -> Iterator[tuple[Path, dict[str, Faulted], CompletedProcess]]:
+    run_dir = tmp_path_factory.mktemp("faults") / "run"
+    args = [*FAULTED, f"dir={run_dir}"]
+    try:
+        faulted = {}
+        faulted["prefill_killed"] = run_until(run_dir, args, kill_server(P_PORT))
+        faulted["decode_killed"] = run_until(run_dir, args, kill_server(D_PORT))
+        # a teardown after a signal may take a moment
+        faulted["sigterm"] = run_until(run_dir, args, sigterm_the_job, settle_s=60)
+        last = run_pdbench(args, 900)
+        yield run_dir, faulted, last
+    finally:
+        kill_processes_under(run_dir.parent)  # a run cut short leaves nothing behind
+
+
+def resumed_to_the_end(run_dir: Path, last: CompletedProcess, run: Faulted) -> None:
+    """The runs after ``run`` measured the rest: every Point ok, none it had recorded ok
+    measured again, no server left."""
+    assert last.returncode == 0, last.stdout[-3000:]
+    now = records(run_dir)
+    assert len(now) == 6 and {r["status"] for r in now.values()} == {"ok"}
+    for name, mtime in run.kept.items():  # recorded ok: not measured again
+        assert (run_dir / "points" / name).stat().st_mtime_ns == mtime, name
+    assert server_pids(run_dir) == []
+
+
+@pytest.mark.parametrize("which", ["prefill_killed", "decode_killed"])
+def test_server_killed_mid_point_fails_that_point_then_resume_completes(fault_chain, which):
+    run_dir, faulted, last = fault_chain
+    run = faulted[which]
+    assert run.returncode != 0, run.output[-2000:]
+    assert run.kept and all(run.records[name]["status"] == "ok" for name in run.kept)
+    failed = [r for r in run.records.values() if r["status"] == "failed"]
+    failed = [r for r in failed if r["started_at"] >= run.started]  # this run's
+    assert failed and all(r["error"] for r in failed)
+    assert any("died" in r["error"] or "failed" in r["error"] for r in failed)
+    assert run.torn == []
+    assert run.servers_left == []
+    resumed_to_the_end(run_dir, last, run)
+
+
+def test_sigterm_to_the_job_tears_down_and_resume_completes(fault_chain):
+    run_dir, faulted, last = fault_chain
+    run = faulted["sigterm"]
+    assert run.servers_left == [], run.output[-2000:]
+    assert run.torn == []
+    resumed_to_the_end(run_dir, last, run)
 
 
 @pytest.mark.parametrize("policy", ["stop", "continue"])
