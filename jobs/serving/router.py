@@ -120,6 +120,15 @@ class TurnTiming:
         }
 
 
+class StreamCut(Exception):
+    """An upstream stream that broke after its first chunk went to the client."""
+
+    def __init__(self, response, cause: BaseException):
+        super().__init__(str(cause))
+        self.response = response  # the answer already under way (prepared, cut off)
+        self.cause = cause
+
+
 class Router:
     def __init__(self, config: RouterConfig):
         self.config = config
@@ -203,7 +212,8 @@ class Router:
 
     def _logged(self, log: TurnLog, response, timing: TurnTiming):
         """Write the turn's log line (status, spans) and return ``response``."""
-        log.status = response.status
+        # a stream cut after it began went out as 200: the log says what the client got
+        log.status = 502 if log.error.startswith("stream cut") else response.status
         if timing.d_sent:
             log.spans_ms = timing.spans_ms()
             log.spans_ms["last"] = ((timing.d_last or time.perf_counter()) - timing.d_sent) * 1e3
@@ -256,6 +266,10 @@ class Router:
             response = await self._relay(
                 request, d_url, d_body, f"{rid}-d", path, None, extra, timing, api
             )
+        except StreamCut as cut:  # the stream broke after it began: the client was cut off
+            self.stats.failed += 1
+            log.error = f"stream cut: {type(cut.cause).__name__}: {cut.cause}"
+            return cut.response
         except Exception as exc:  # upstream failure: a clear error, never a silent drop
             self.stats.failed += 1
             log.error = f"{type(exc).__name__}: {exc}"
@@ -360,11 +374,19 @@ class Router:
                 status=200, headers={"Content-Type": "text/event-stream", **headers}
             )
             await response.prepare(request)
-            await response.write(chat.feed(first) if chat else first)
-            async for chunk in chunks:
-                out = chat.feed(chunk) if chat else chunk
-                if out:
-                    await response.write(out)
+            try:
+                await response.write(chat.feed(first) if chat else first)
+                async for chunk in chunks:
+                    out = chat.feed(chunk) if chat else chunk
+                    if out:
+                        await response.write(out)
+            except Exception as exc:
+                # The answer is under way: no error answer can follow it. Cut the client's
+                # connection so that it fails now, not at its own timeout (it waited 120 s
+                # for a stream whose D had died).
+                if request.transport is not None:
+                    request.transport.close()
+                raise StreamCut(response, exc) from exc
             timing.d_last = time.perf_counter()
             await response.write_eof()
             return response
