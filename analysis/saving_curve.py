@@ -51,6 +51,11 @@ from analysis.stats import (
 GRID = 241  # points of the band over the measured range
 SEARCH = 4.0  # the fitted curve's root is looked for up to SEARCH x the longest length
 SPAN = 100.0  # a measured range wider than this ratio gets log-spaced grid points too
+# "As fast": where the band holds 0 but its bound on the slower side stays within this share
+# of the flows' mean TTFT there, neither flow is slower by more than that (an equivalence
+# margin, said in the answer). It decides a range's undecided end: pull (recompute) is as
+# fast or faster at the shortest (longest) lengths, so no crossover lies beyond that end.
+EQUIVALENCE_SHARE = 0.05
 
 
 class Shape(StrEnum):
@@ -78,6 +83,7 @@ class SavingCurve:
     repetitions: int  # the fewest of any history length
     requests: int  # paired requests behind it
     waves: int
+    level: np.ndarray | None = None  # the flows' mean TTFT (ms) along ``grid``: the margin's scale
 
     @property
     def degree(self) -> int:
@@ -171,6 +177,9 @@ def fit_curve(
     low, high = spread.bounds()
     coef = a_inv @ per_cluster.sum(axis=0)
     sizes = np.bincount(strata)
+    levels = 1.0 / np.sqrt(w)  # the weights are 1 / level^2
+    at = np.unique(np.round(x))
+    by_length = [float(levels[np.round(x) == v].mean()) for v in at]
     return SavingCurve(
         coef=coef,
         scale=scale,
@@ -184,6 +193,7 @@ def fit_curve(
         repetitions=int(sizes[sizes > 0].min()),
         requests=int(requests if requests is not None else len(y)),
         waves=len(y),
+        level=np.interp(grid, at, by_length),
     )
 
 
@@ -328,11 +338,14 @@ def crossover(curve: SavingCurve | None, reason: str = "") -> Crossover:
             "unknown; run 3 or more (workload.repetitions)",
             **common,
         )
-    sign = np.where(low > 0, 1, np.where(high < 0, -1, 0))
-    runs = _runs(sign)
+    measured_sign = np.where(low > 0, 1, np.where(high < 0, -1, 0))
+    runs = _runs(measured_sign)
     segments = tuple((g, float(grid[a]), float(grid[b])) for g, a, b in runs if g)
     common["segments"] = segments
     decided = [g for g, _, _ in segments]
+    filled = _beyond_the_crossing(measured_sign, decided)
+    # the filled ends only place a crossing; "faster everywhere" needs the band itself
+    sign = filled if (filled == 0).any() or len(set(decided)) > 1 else measured_sign
     flips = [(a, b) for a, b in zip(decided[:-1], decided[1:], strict=True) if a != b]
     k = len(grid)
     inside = np.nonzero(sign == 0)[0]
@@ -348,6 +361,9 @@ def crossover(curve: SavingCurve | None, reason: str = "") -> Crossover:
         open_low, open_high = a == 0, b == k - 1
         lo_ci = None if open_low else float(grid[a - 1])
         hi_ci = None if open_high else float(grid[b + 1])
+        as_fast = _as_fast_at_the_ends(curve, measured_sign, decided)
+        if as_fast is not None:
+            return replace(as_fast, **common)
         if open_low or open_high or not flips:
             out = Crossover(Shape.CROSSING, Status.INCONCLUSIVE, low=lo_ci, high=hi_ci, **common)
             if open_low or open_high:
@@ -370,6 +386,52 @@ def crossover(curve: SavingCurve | None, reason: str = "") -> Crossover:
     common["estimate"] = roots[0] if roots else None
     shape = Shape.CROSSING if rising else Shape.FALLING
     return Crossover(shape, Status.DECIDED, low=lo_ci, high=hi_ci, **common)
+
+
+def _beyond_the_crossing(sign: np.ndarray, decided: list[int]) -> np.ndarray:
+    """``sign`` with an undecided stretch at an end taken as the decided sign next to it
+    where no rising crossing can lie: below a stretch where recompute is decided faster,
+    above one where pull is (a rising crossing there would need the saving to cross back:
+    a second change of sign, which the band would have to show). A short undecided end
+    where pull is decided faster next to it stays undecided (the crossing may lie below),
+    and so does a long one next to recompute faster."""
+    if not decided:
+        return sign
+    out = sign.copy()
+    idx = np.nonzero(sign)[0]
+    if decided[0] < 0:
+        out[: idx[0]] = -1
+    if decided[-1] > 0:
+        out[idx[-1] + 1 :] = 1
+    return out
+
+
+def _as_fast_at_the_ends(
+    curve: SavingCurve, sign: np.ndarray, decided: list[int]
+) -> Crossover | None:
+    """Pull (recompute) faster everywhere, decided, when the saving is decided one way
+    somewhere and never the other, and wherever the band holds 0 (the ends of the range)
+    its slower-side bound stays within ``EQUIVALENCE_SHARE`` of the TTFT: there the flow is
+    as fast, within that margin (None otherwise)."""
+    if curve.level is None or len(set(decided)) != 1:
+        return None
+    margin = EQUIVALENCE_SHARE * curve.level
+    undecided = sign == 0
+    if not undecided.any():
+        return None
+    if decided[0] > 0 and np.all(curve.low[undecided] >= -margin[undecided]):
+        shape, low_ci, high_ci, flow = Shape.PULL_EVERYWHERE, None, curve.x_min, "pull"
+    elif decided[0] < 0 and np.all(curve.high[undecided] <= margin[undecided]):
+        shape, low_ci, high_ci, flow = Shape.RECOMPUTE_EVERYWHERE, curve.x_max, None, "recompute"
+    else:
+        return None
+    edge = curve.grid[undecided]
+    why = (
+        f"{flow} is as fast or faster at every measured length: faster where the band "
+        f"excludes 0, within {EQUIVALENCE_SHARE:.0%} of TTFT where it holds 0 "
+        f"({edge.min():,.0f}-{edge.max():,.0f} tokens)"
+    )
+    return Crossover(shape, Status.DECIDED, low=low_ci, high=high_ci, reason=why)
 
 
 def _inconclusive(curve: SavingCurve, c: Crossover, open_low: bool, open_high: bool):

@@ -39,7 +39,8 @@ from pdbench.config.schema import Flow, SearchConfig, WorkloadConfig
 
 WINDOW = 2.5  # the local line uses cells within this factor of the bracketing pair
 EVERYWHERE_LEVEL = 0.99
-MIN_CELLS = 4  # a load stops only on a line through at least this many lengths
+RUNG_STEPS = 3  # rungs between two first-pass lengths: 8 lengths over 16..8,088 -> 22 rungs
+MIN_CELLS = 3  # a load stops only on a line through at least this many lengths
 GRID = 400  # lengths the test inversion looks at inside the window
 Z95 = 1.959963984540054
 
@@ -164,6 +165,15 @@ class SearchPlan:
     first_lengths: tuple[int, ...] = field(default=())
     workload: WorkloadConfig | None = None  # as composed: every search Point's base
     first_repetitions: int = 3  # of each first-pass length and each new length
+    # the lengths rounds may add: the first pass's log spacing cut RUNG_STEPS times finer
+    rungs: tuple[int, ...] = field(default=())
+
+    def snap(self, tokens: float) -> int:
+        """The rung nearest ``tokens`` (log distance): rounds add repetitions to a few
+        lengths rather than one new length each, so that every length near the crossover
+        gathers enough repetitions for its own interval and the analysis's."""
+        rungs = self.rungs or self.first_lengths
+        return min(rungs, key=lambda h: abs(math.log(max(h, 1) / max(tokens, 1))))
     flows: tuple[Flow, ...] = ()
 
     def first_pass(self) -> list[Block]:
@@ -224,6 +234,7 @@ def search_plan(
         loads=tuple(loads),
         flows_per_block=flows_per_block,
         first_lengths=tuple(log_spaced(low, high, settings.first_pass_lengths)),
+        rungs=tuple(log_spaced(low, high, (settings.first_pass_lengths - 1) * RUNG_STEPS + 1)),
         workload=workload,
         flows=tuple(flows),
         first_repetitions=workload.repetitions if workload else 3,
@@ -396,7 +407,7 @@ def estimate_load(load: int, observations: Sequence[Observation], plan: SearchPl
     line = local_line(cells, below, above)
     found = crossing_interval(line, t) if line else None
     if found is None:  # the local line does not cross inside its window: measure between
-        mid = nice_length(math.sqrt(below.history * above.history))
+        mid = plan.snap(math.sqrt(below.history * above.history))
         return LoadEstimate(
             shape=SearchShape.CROSSING,
             low=float(below.history),
@@ -412,8 +423,7 @@ def estimate_load(load: int, observations: Sequence[Observation], plan: SearchPl
     closed = closed or (low <= plan.min_tokens * 1.001 and high < line.hi)
     wanted = max(settings.target_relative_width * root, plan.min_tokens)
     done = closed and high - low <= wanted and line.cells >= MIN_CELLS
-    lengths = (nice_length(low), nice_length(root), nice_length(high))
-    lengths = tuple(dict.fromkeys(min(max(h, plan.min_tokens), plan.max_tokens) for h in lengths))
+    lengths = tuple(dict.fromkeys(plan.snap(h) for h in (low, root, high)))
     return LoadEstimate(
         shape=SearchShape.CROSSING,
         estimate=root,

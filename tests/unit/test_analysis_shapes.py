@@ -14,7 +14,7 @@ import pytest
 from analysis.deployment import advise_threshold
 from analysis.pipeline import run_analysis
 from analysis.pull_recompute import Measured
-from analysis.saving_curve import Shape, crossover, fit_curve
+from analysis.saving_curve import EQUIVALENCE_SHARE, Shape, crossover, fit_curve
 from analysis.stats import Status
 from analysis.synthetic import Noise, SyntheticDeployment, synthetic_records, write_records
 
@@ -77,10 +77,13 @@ def test_every_random_shape_gives_a_verdict_and_words():
             lo = c.low if c.low is not None else c.lo
             hi = c.high if c.high is not None else c.hi
             assert c.estimate is not None and lo <= c.estimate <= hi
+        # faster everywhere: the band excludes the other flow being slower by more than the
+        # equivalence margin (as fast within it where the band holds 0), at every length
+        margin = EQUIVALENCE_SHARE * curve.level if curve is not None else 0.0
         if c.decided and c.shape is Shape.PULL_EVERYWHERE:
-            assert (curve.low > 0).all()
+            assert (curve.low >= -margin).all() and (curve.low > 0).any()
         if c.decided and c.shape is Shape.RECOMPUTE_EVERYWHERE:
-            assert (curve.high < 0).all()
+            assert (curve.high <= margin).all() and (curve.high < 0).any()
         if c.decided and c.shape is not Shape.CROSSING:
             assert c.tokens is None  # a threshold is set from a rising crossing only
     # the loop reached the shapes it is about
@@ -167,3 +170,32 @@ def test_whole_runs_of_any_shape_are_answered_in_words(tmp_path, name, saving, s
         assert cross["shape"] == shape.value and cross["verdict"] == "decided"
         assert "pull faster below" in text
     json.dumps(out.summary, allow_nan=False)
+
+
+def test_pull_as_fast_within_the_margin_at_the_short_end_is_decided_pull_everywhere():
+    """A saving of 0 at the shortest length (the band holds 0 there, within 5% of TTFT),
+    pull decidedly faster beyond: pull is as fast or faster everywhere; the same line
+    shifted so that recompute is 12% faster at the shortest length is a crossing."""
+    x = np.repeat(np.array([50.0, 100, 400, 1600, 4000]), 8)
+    rng = np.random.default_rng(7)
+    level = 200.0 + x  # ms
+    strata = np.repeat(np.arange(5), 8)
+    for zero_at, shape in ((50.0, Shape.PULL_EVERYWHERE), (150.0, Shape.CROSSING)):
+        y = 0.3 * (x - zero_at) + 0.01 * level * rng.standard_normal(len(x))
+        c = crossover(fit_curve(x, y, 1.0 / level**2, np.arange(len(x)), strata))
+        assert c.shape is shape and c.decided, (zero_at, c.describe())
+        if shape is Shape.PULL_EVERYWHERE:
+            assert "within 5% of TTFT" in c.reason
+
+
+def test_an_undecided_long_end_above_pull_faster_does_not_open_a_rising_crossing():
+    """Recompute decided faster at the short end, pull from the middle on, the longest
+    lengths too noisy for the band: the crossing's interval ends where pull became faster."""
+    x = np.repeat(np.array([50.0, 100, 200, 400, 800, 8000]), 6)
+    rng = np.random.default_rng(3)
+    level = 200.0 + x
+    noise = np.where(x >= 8000, 0.9, 0.02) * level * rng.standard_normal(len(x))
+    y = 0.5 * (x - 150) + noise
+    strata = np.repeat(np.arange(6), 6)
+    c = crossover(fit_curve(x, y, 1.0 / level**2, np.arange(len(x)), strata))
+    assert c.shape is Shape.CROSSING and c.high is not None and c.high < 8000, c.describe()
