@@ -424,6 +424,12 @@ def estimate_load(load: int, observations: Sequence[Observation], plan: SearchPl
     wanted = max(settings.target_relative_width * root, plan.min_tokens)
     done = closed and high - low <= wanted and line.cells >= MIN_CELLS
     lengths = tuple(dict.fromkeys(plan.snap(h) for h in (low, root, high)))
+    # An interval down near the shortest length: that length's own saving decides whether a
+    # crossing lies below it (recompute decided faster there, or the flows as fast), which
+    # the analysis needs to close the interval on that side; so it gets repetitions too.
+    shortest = cells[0]
+    if low <= shortest.history * WINDOW and abs(shortest.t()) < t:
+        lengths = tuple(dict.fromkeys((*lengths, shortest.history)))
     return LoadEstimate(
         shape=SearchShape.CROSSING,
         estimate=root,
