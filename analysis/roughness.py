@@ -84,3 +84,25 @@ def roughness(req: pd.DataFrame, pull_flow: str = "pull") -> Roughness:
         request_kurtosis=_kurtosis(within),
         points=len(per_point),
     )
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m analysis.roughness RUN_DIR...``: each run's figures, one JSON line each."""
+    import json
+    import sys
+
+    from analysis.load import load_runs
+    from analysis.pairs import request_frame
+
+    dirs = sys.argv[1:] if argv is None else argv
+    if not dirs:
+        print("usage: python -m analysis.roughness RUN_DIR [RUN_DIR ...]", file=sys.stderr)
+        return 2
+    for run_dir in dirs:
+        figures = roughness(request_frame(load_runs([run_dir])))
+        print(json.dumps({"run": run_dir, **figures.to_dict()}))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
