@@ -9,6 +9,7 @@ at several concurrencies gets one answer per load, each naming it ("at concurren
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -198,19 +199,35 @@ def answer(ctx: Context) -> list[Any]:
     return out
 
 
+def _working_set(kind: str) -> str:
+    """'8 conv' of a kind that names its conversation count (analysis.load.shape_kinds), ''."""
+    found = re.search(r"(\d+) conv", kind)
+    return f"{found.group(1)} conv" if found else ""
+
+
+def _base_kind(kind: str) -> str:
+    """The workload kind without the count and load ``shape_kinds`` may add."""
+    return re.sub(r" \d+ conv( x\d+)?$", "", kind)
+
+
 def design_measures_no_crossover(measured: list[Measured]) -> str:
     """Why a run's design gives no crossover ('' when it does): one history length at every
     turn, or several workload kinds (working sets) whose savings one curve would pool."""
     if not any(m.cells for m in measured):
         return ""
     for m in measured:
-        kinds = sorted({c.kind for c in m.cells})
-        if len(kinds) < 2:
+        kinds = sorted({_base_kind(c.kind) for c in m.cells})
+        sets = sorted({n for c in m.cells if (n := _working_set(c.kind))})
+        if len(kinds) < 2 and len(sets) < 2:
             continue
+        what = (
+            f"{len(sets)} working sets ({', '.join(sets)})"
+            if len(sets) > 1
+            else (f"{len(kinds)} workload kinds ({'; '.join(kinds)})")
+        )
         return (
-            f"the saving was measured for {len(kinds)} workload kinds ({'; '.join(kinds)}), "
-            "each at its own lengths: one curve over all of them would mix them "
-            "(+experiment=crossover measures one kind at many lengths)"
+            f"the saving was measured for {what}, each at its own lengths: one curve over "
+            "all of them would mix them (+experiment=crossover measures one at many lengths)"
         )
     if all(len({round(c.x) for c in m.cells}) < 2 for m in measured):
         return (

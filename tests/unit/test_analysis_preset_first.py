@@ -37,7 +37,10 @@ def cells(*pairs):
 
 def test_working_sets_pooled_into_one_curve_are_no_crossover():
     m = cells(("multi_turn 2 conv", 592), ("multi_turn 8 conv", 592), ("multi_turn 8 conv", 672))
-    assert "2 workload kinds" in design_measures_no_crossover([m])
+    assert "2 working sets (2 conv, 8 conv)" in design_measures_no_crossover([m])
+    # a length a search measured at one load only keeps the plain kind: the same working set
+    one_set = cells(("multi_turn", 34), ("multi_turn 4 conv x1", 16), ("multi_turn 4 conv x1", 150))
+    assert design_measures_no_crossover([one_set]) == ""
 
 
 def test_one_length_is_no_crossover_but_several_turns_or_loads_apart_are():
