@@ -174,6 +174,7 @@ class SearchPlan:
         gathers enough repetitions for its own interval and the analysis's."""
         rungs = self.rungs or self.first_lengths
         return min(rungs, key=lambda h: abs(math.log(max(h, 1) / max(tokens, 1))))
+
     flows: tuple[Flow, ...] = ()
 
     def first_pass(self) -> list[Block]:
