@@ -16,13 +16,16 @@ turn 1 (identical work in both flows, so everything but noise cancels):
 
 from __future__ import annotations
 
+import json
 import math
+import sys
 from dataclasses import asdict, dataclass
 
 import numpy as np
 import pandas as pd
 
-from analysis.pairs import CLUSTER, STRATUM
+from analysis.load import load_runs
+from analysis.pairs import CLUSTER, STRATUM, request_frame
 
 
 @dataclass(frozen=True)
@@ -88,12 +91,6 @@ def roughness(req: pd.DataFrame, pull_flow: str = "pull") -> Roughness:
 
 def main(argv: list[str] | None = None) -> int:
     """``python -m analysis.roughness RUN_DIR...``: each run's figures, one JSON line each."""
-    import json
-    import sys
-
-    from analysis.load import load_runs
-    from analysis.pairs import request_frame
-
     dirs = sys.argv[1:] if argv is None else argv
     if not dirs:
         print("usage: python -m analysis.roughness RUN_DIR [RUN_DIR ...]", file=sys.stderr)
