@@ -14,6 +14,7 @@ from typing import Any
 from omegaconf import MISSING, OmegaConf
 
 from connector.bench_config import TransferBenchConfig
+from connector.layout import llama_parameter_count
 
 
 class ExecutorKind(Enum):
@@ -216,6 +217,19 @@ class ModelConfig:
     @property
     def resolved_head_dim(self) -> int:
         return self.head_dim or self.hidden_size // self.num_attention_heads
+
+    def parameter_count(self) -> int:
+        """Parameters of this Llama-shaped decoder (``connector.layout``'s arithmetic)."""
+        return llama_parameter_count(
+            hidden_size=self.hidden_size,
+            intermediate_size=self.intermediate_size,
+            num_layers=self.num_layers,
+            num_attention_heads=self.num_attention_heads,
+            num_kv_heads=self.num_kv_heads,
+            head_dim=self.resolved_head_dim,
+            vocab_size=self.vocab_size,
+            tie_word_embeddings=self.tie_word_embeddings,
+        )
 
 
 @dataclass

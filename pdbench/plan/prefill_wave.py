@@ -19,7 +19,6 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from connector.layout import llama_parameter_count
 from pdbench.config.schema import ModelConfig, RunConfig
 
 PREFILL_MFU = 0.5  # assumed share of cluster.gpu_tflops a long prefill reaches
@@ -28,16 +27,7 @@ PREFILL_MFU = 0.5  # assumed share of cluster.gpu_tflops a long prefill reaches
 def decoder_parameters(model: ModelConfig) -> int:
     """Weights every prompt token goes through: the decoder layers (no embeddings, no LM
     head: a prefill computes logits for its last token only)."""
-    total = llama_parameter_count(
-        hidden_size=model.hidden_size,
-        intermediate_size=model.intermediate_size,
-        num_layers=model.num_layers,
-        num_attention_heads=model.num_attention_heads,
-        num_kv_heads=model.num_kv_heads,
-        head_dim=model.resolved_head_dim,
-        vocab_size=model.vocab_size,
-        tie_word_embeddings=model.tie_word_embeddings,
-    )
+    total = model.parameter_count()
     embeddings = model.vocab_size * model.hidden_size * (1 if model.tie_word_embeddings else 2)
     return total - embeddings - model.hidden_size
 

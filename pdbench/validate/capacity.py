@@ -46,16 +46,7 @@ def longest_sequence(model: ModelConfig, block_size: int, cache_bytes: int) -> i
 
 def parameter_count(model: ModelConfig) -> int:
     """Parameters of the model's Llama-shaped decoder (``connector.layout``)."""
-    return layout.llama_parameter_count(
-        hidden_size=model.hidden_size,
-        intermediate_size=model.intermediate_size,
-        num_layers=model.num_layers,
-        num_attention_heads=model.num_attention_heads,
-        num_kv_heads=model.num_kv_heads,
-        head_dim=model.resolved_head_dim,
-        vocab_size=model.vocab_size,
-        tie_word_embeddings=model.tie_word_embeddings,
-    )
+    return model.parameter_count()
 
 
 def weight_bytes(model: ModelConfig) -> int:
