@@ -30,7 +30,7 @@ from __future__ import annotations
 import math
 
 from pdbench.config.problems import ConfigProblem, Problems, Rule
-from pdbench.config.schema import Command, Flow, RunConfig
+from pdbench.config.schema import Command, Flow, FlowConfig, RunConfig
 from pdbench.plan.kv_lease import VLLM_DECLINE_MARGIN_S, pull_window_s, shortest_pulling_ttl_s
 from pdbench.plan.lengths import usable_history
 from pdbench.plan.prefill_wave import prefill_wave
@@ -61,19 +61,21 @@ def pulling_flows(cfg: RunConfig) -> list[Flow]:
     ]
 
 
+def ttls_measured(f: FlowConfig) -> tuple[str, list[float]]:
+    """(the setting that names them, the TTLs the run's Deployments measure)."""
+    if f.decoder_kv_blocks_ttls_s:
+        return "flow.decoder_kv_blocks_ttls_s", list(f.decoder_kv_blocks_ttls_s)
+    return "flow.decoder_kv_blocks_ttl_s", [f.decoder_kv_blocks_ttl_s]
+
+
 def check_pull_window(cfg: RunConfig) -> list[ConfigProblem]:
     """Every TTL of a run that measures pulling leaves P a window to pull in."""
     flows = pulling_flows(cfg)
     if not flows or not premises_apply(cfg):
         return []
-    f = cfg.flow
-    field, ttls = (
-        ("flow.decoder_kv_blocks_ttls_s", f.decoder_kv_blocks_ttls_s)
-        if f.decoder_kv_blocks_ttls_s
-        else ("flow.decoder_kv_blocks_ttl_s", [f.decoder_kv_blocks_ttl_s])
-    )
+    field, ttls = ttls_measured(cfg.flow)
     shortest = shortest_pulling_ttl_s()
-    refused_elsewhere = 1 if f.decoder_kv_blocks_ttls_s else 0  # check_flows' lower bound
+    refused_elsewhere = 1 if cfg.flow.decoder_kv_blocks_ttls_s else 0  # check_flows' lower bound
     out = Problems()
     for ttl in dict.fromkeys(ttls):
         window = pull_window_s(ttl)
@@ -109,12 +111,7 @@ def check_lease_outlasts_a_wave(cfg: RunConfig) -> list[ConfigProblem]:
     wave = prefill_wave(cfg, longest_history(cfg))
     if wave is None:
         return []
-    f = cfg.flow
-    field, ttls = (
-        ("flow.decoder_kv_blocks_ttls_s", f.decoder_kv_blocks_ttls_s)
-        if f.decoder_kv_blocks_ttls_s
-        else ("flow.decoder_kv_blocks_ttl_s", [f.decoder_kv_blocks_ttl_s])
-    )
+    field, ttls = ttls_measured(cfg.flow)
     need = shortest_pulling_ttl_s(wave.seconds)
     out = Problems()
     for ttl in dict.fromkeys(ttls):

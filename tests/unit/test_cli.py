@@ -145,19 +145,24 @@ def test_a_dry_run_sweep_leaves_nothing_behind(tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
-def test_help_is_pdbench_s_own_page_and_imports_nothing_heavy():
+def run_module_alone(flag: str) -> subprocess.CompletedProcess:
+    """``python -m pdbench FLAG`` in a fresh interpreter, then which heavy modules it loaded."""
     code = (
-        "import runpy, sys; sys.argv = ['pdbench', '--help']; "
+        f"import runpy, sys; sys.argv = ['pdbench', '{flag}']; "
         "runpy.run_module('pdbench', run_name='__main__'); "
         "print(sorted(m for m in ('torch', 'vllm', 'nixl', 'hydra') if m in sys.modules))"
     )
-    out = subprocess.run(
+    return subprocess.run(
         [sys.executable, "-c", code],
         env={**os.environ, "PYTHONPATH": str(REPO)},
         capture_output=True,
         text=True,
         timeout=60,
     )
+
+
+def test_help_is_pdbench_s_own_page_and_imports_nothing_heavy():
+    out = run_module_alone("--help")
     assert out.returncode == 0, out.stderr
     page = out.stdout
     assert page.rstrip().endswith("[]")  # no torch, vllm, nixl, nor even Hydra imported
@@ -170,18 +175,7 @@ def test_help_is_pdbench_s_own_page_and_imports_nothing_heavy():
 
 
 def test_version_is_pdbench_s_with_the_vllm_and_nixl_it_finds():
-    code = (
-        "import runpy, sys; sys.argv = ['pdbench', '--version']; "
-        "runpy.run_module('pdbench', run_name='__main__'); "
-        "print(sorted(m for m in ('torch', 'vllm', 'nixl', 'hydra') if m in sys.modules))"
-    )
-    out = subprocess.run(
-        [sys.executable, "-c", code],
-        env={**os.environ, "PYTHONPATH": str(REPO)},
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    out = run_module_alone("--version")
     assert out.returncode == 0, out.stderr
     line, imported = out.stdout.splitlines()
     assert imported == "[]" and "Hydra" not in line
