@@ -217,7 +217,10 @@ cmd_start() {
   if pid_alive "$STATE_DIR/run/slurmctld.pid" slurmctld; then
     SLURM_CONF=$CONF scontrol reconfigure >/dev/null 2>&1 || true
   else
-    slurmctld -f "$CONF"
+    # A fresh controller starts from a clean state (-c): jobs saved by a controller that is
+    # gone (a reboot, a VM restored from a snapshot taken mid-test) ran on slurmds that are
+    # gone too, and recovering them would hold the nodes "alloc" until they time out.
+    slurmctld -c -f "$CONF"
     wait_for "slurmctld" 30 env SLURM_CONF="$CONF" scontrol ping
     log "slurmctld started (pid $(<"$STATE_DIR/run/slurmctld.pid"))"
   fi

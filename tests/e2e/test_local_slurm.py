@@ -171,3 +171,37 @@ def test_local_executor_runs_two_ranked_tasks(tmp_path: Path) -> None:
     results = sorted(job.results())
     assert [result[:3] for result in results] == [(0, 2, "local"), (1, 2, "local")]
     assert results[0][3] == results[1][3]  # one machine, one address
+
+
+@pytest.mark.e2e
+@pytest.mark.slurm
+def test_start_after_daemons_died_mid_job_leaves_idle_nodes(
+    local_slurm: str, tmp_path: Path
+) -> None:
+    """A cluster whose daemons died under a running job (a reboot, a VM restored from a
+    snapshot) starts again with idle nodes, not nodes held "alloc" by the dead job."""
+    cluster = slurm_preset()
+    executor = make_executor(cluster, tmp_path / "submitit", nodes=2, job_name="pdbench-orphan")
+    job = executor.submit(time.sleep, 3600)
+    wait_state(job, "RUNNING")
+    state_dir = Path(local_slurm).parent
+    for daemon in ("slurmd-node1", "slurmd-node2", "slurmctld"):
+        pid = int((state_dir / "run" / f"{daemon}.pid").read_text())
+        os.kill(pid, 9)
+        deadline = time.monotonic() + 30
+        while Path(f"/proc/{pid}").exists() and time.monotonic() < deadline:
+            time.sleep(0.2)
+    started = _script("start", check=False)
+    assert started.returncode == 0, started.stderr
+    nodes = _script("status").stdout
+    assert "node1 pdbench* idle" in nodes and "node2 pdbench* idle" in nodes, nodes
+    # The dead job's tasks are not left running either.
+    folder = str(tmp_path / "submitit")
+    deadline = time.monotonic() + JOB_TIMEOUT_S
+    while folder in _ps() and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert folder not in _ps()
+
+
+def _ps() -> str:
+    return subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
