@@ -427,9 +427,10 @@ class SearchConfig:
     until it is narrow enough or the budget is spent. Operational: Point ids do not depend
     on it (a Point at a length and repetition is the same Point, searched or gridded)."""
 
-    # log-spaced lengths from min to max history tokens, workload.repetitions each
+    # log-spaced lengths from min to max history tokens, workload.repetitions each; from 0:
+    # no history (the shortest turn 2 there is), then log-spaced from 16 tokens
     first_pass_lengths: int = 8
-    min_history_tokens: int = 16
+    min_history_tokens: int = 0
     max_history_tokens: int = 0  # 0: the longest the model's context leaves for the history
     round_repetitions: int = 2  # added per chosen length in each later round
     target_relative_width: float = 0.25  # stop once the interval is this share of the estimate

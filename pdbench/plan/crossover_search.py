@@ -6,8 +6,8 @@ No fixed grid serves every deployment: published crossovers lie anywhere from ~3
 So a run with no history lengths given searches:
 
 1. a first pass: ``first_pass_lengths`` log-spaced lengths over the usable range (from
-   ``min_history_tokens`` to what the model's context leaves), ``workload.repetitions``
-   each, at every load;
+   ``min_history_tokens`` to what the model's context leaves; from 0: no history, then
+   log-spaced from ``LOG_FLOOR``), ``workload.repetitions`` each, at every load;
 2. rounds: per load, the paired saving ``s(h) = TTFT(recompute) - TTFT(pull)`` of every
    measured length (a cell: its repetitions' mean, with a standard error from the load's
    pooled relative spread, as the noise is multiplicative) locates the sign change: the
@@ -17,9 +17,12 @@ So a run with no history lengths given searches:
    t band holds 0). The next round measures ``round_repetitions`` more at the interval's
    ends and at the estimate: there a repetition narrows the interval most;
 3. a load stops when its interval is closed and narrower than ``target_relative_width`` of
-   its estimate; when pull (or recompute) is faster at every length, once the length
-   nearest the missing crossing is decided; the run stops when every load has stopped,
-   when ``budget_min`` of measuring is spent, or at ``max_points``.
+   its estimate (or ``FINEST_WIDTH``); an interval reaching the shortest length is closed
+   only once recompute is decided faster there (what the analysis needs too), one reaching
+   the window's edge gets the next length beyond it; when pull (or recompute) is faster
+   at every length, once the length nearest the missing crossing is decided; the run
+   stops when every load has stopped, when ``budget_min`` of measuring is spent, or at
+   ``max_points``.
 
 The search only chooses what to measure: every block is an ordinary Point pair (records,
 resume, the A/A control of turn 1) and the answer comes from the analysis of all of them.
@@ -42,6 +45,11 @@ EVERYWHERE_LEVEL = 0.99
 RUNG_STEPS = 3  # rungs between two first-pass lengths: 8 lengths over 16..8,088 -> 22 rungs
 MIN_CELLS = 3  # a load stops only on a line through at least this many lengths
 GRID = 400  # lengths the test inversion looks at inside the window
+# A search from 0 tokens goes on log-spaced from here (half a KV block of 32 tokens).
+LOG_FLOOR = 16
+# An interval this narrow is narrow enough whatever the crossover: a KV block (16-32 tokens),
+# the finest step a threshold takes.
+FINEST_WIDTH = 32
 Z95 = 1.959963984540054
 
 
@@ -177,6 +185,12 @@ class SearchPlan:
 
     flows: tuple[Flow, ...] = ()
 
+    def rungs_beyond(self, tokens: float, above: bool) -> tuple[int, ...]:
+        """The next rung above (below) ``tokens``, if any."""
+        rungs = self.rungs or self.first_lengths
+        beyond = [h for h in rungs if (h > tokens if above else h < tokens)]
+        return (min(beyond),) if above and beyond else (max(beyond),) if beyond else ()
+
     def first_pass(self) -> list[Block]:
         reps = self.first_repetitions
         return [
@@ -208,9 +222,12 @@ def nice_length(tokens: float) -> int:
 
 
 def log_spaced(low: int, high: int, count: int) -> list[int]:
-    """``count`` lengths from ``low`` to ``high``, evenly spaced in log, rounded (``nice``)."""
+    """``count`` lengths from ``low`` to ``high``, evenly spaced in log, rounded (``nice``);
+    from 0: 0, then ``count - 1`` of them from ``LOG_FLOOR``."""
     if count <= 1 or high <= low:
         return [low]
+    if low <= 0:
+        return [0, *log_spaced(min(LOG_FLOOR, high), high, count - 1)]
     ratio = (high / low) ** (1 / (count - 1))
     lengths = [nice_length(low * ratio**i) for i in range(count)]
     lengths[0], lengths[-1] = low, high
@@ -306,8 +323,10 @@ class LocalLine:
 
 
 def local_line(cells: Sequence[Cell], below: Cell, above: Cell) -> LocalLine | None:
-    """Weighted least squares of the cell means within ``WINDOW`` x of the pair."""
+    """Weighted least squares of the cell means within ``WINDOW`` x of the pair (down to
+    no history once that reaches under ``LOG_FLOOR``)."""
     lo, hi = below.history / WINDOW, above.history * WINDOW
+    lo = 0.0 if lo <= LOG_FLOOR else lo
     near = [c for c in cells if lo <= c.history <= hi and c.se_ms > 0 and math.isfinite(c.se_ms)]
     if len(near) < 2:
         return None
@@ -377,12 +396,14 @@ def estimate_load(load: int, observations: Sequence[Observation], plan: SearchPl
     pair = bracket(cells)
     if pair is None:
         if all(c.mean_ms >= 0 for c in cells):
-            first = cells[0]
+            # with no history pull and recompute differ by turn 1's few tokens alone: pull
+            # faster everywhere is decided from the shortest history there is
+            first = next((c for c in cells if c.history > 0), cells[0])
             decided = first.mean_ms - t_end * first.se_ms > 0
             return LoadEstimate(
                 shape=SearchShape.PULL_EVERYWHERE,
                 done=decided,
-                next_lengths=() if decided else tuple(c.history for c in cells[:2]),
+                next_lengths=() if decided else tuple(c.history for c in cells if c.history)[:2],
                 reason=f"from {first.history:,} tokens on"
                 + ("" if decided else f", undecided at {first.history:,}"),
                 **base,
@@ -418,18 +439,33 @@ def estimate_load(load: int, observations: Sequence[Observation], plan: SearchPl
             **base,
         )
     root, low, high, closed = found
-    # An interval down to the shortest usable length is as closed as it can be: the crossover
-    # is at most ``high``. Widths under ``min_history_tokens`` are finer than any threshold
-    # needs (a KV block is 16-32 tokens).
-    closed = closed or (low <= plan.min_tokens * 1.001 and high < line.hi)
-    wanted = max(settings.target_relative_width * root, plan.min_tokens)
+    # An interval down to the shortest length closes there only once that length's own
+    # saving is decided (recompute faster): the analysis needs the same to close its
+    # interval on that side, so until then the shortest length gets repetitions too.
+    shortest = cells[0]
+    shortest_decided = shortest.t() < -t
+    at_shortest = low <= max(shortest.history, 1) * 1.001
+    closed = closed or (at_shortest and high < line.hi and shortest_decided)
+    wanted = max(settings.target_relative_width * root, FINEST_WIDTH)
     done = closed and high - low <= wanted and line.cells >= MIN_CELLS
     lengths = tuple(dict.fromkeys(plan.snap(h) for h in (low, root, high)))
-    # An interval down near the shortest length: that length's own saving decides whether a
-    # crossing lies below it (recompute decided faster there, or the flows as fast), which
-    # the analysis needs to close the interval on that side; so it gets repetitions too.
-    shortest = cells[0]
-    if low <= shortest.history * WINDOW and abs(shortest.t()) < t:
+    # An interval that runs into the window's edge needs a length beyond it: more
+    # repetitions at the edge alone would leave it open there.
+    if high >= line.hi * 0.999:
+        lengths = tuple(dict.fromkeys((*lengths, *plan.rungs_beyond(line.hi, above=True))))
+    if line.lo > 0 and low <= line.lo * 1.001:
+        lengths = tuple(dict.fromkeys((*lengths, *plan.rungs_beyond(line.lo, above=False))))
+    if line.cells < MIN_CELLS:  # a third length for the line: between the pair, or beside it
+        measured = {c.history for c in cells}
+        mid = plan.snap(math.sqrt(max(below.history, 1) * above.history))
+        beside = (
+            mid,
+            *plan.rungs_beyond(above.history, above=True),
+            *plan.rungs_beyond(below.history, above=False),
+        )
+        lengths = (*lengths, *[h for h in beside if h not in measured][:1])
+        lengths = tuple(dict.fromkeys(lengths))
+    if low <= max(shortest.history, LOG_FLOOR) * WINDOW and not shortest_decided:
         lengths = tuple(dict.fromkeys((*lengths, shortest.history)))
     return LoadEstimate(
         shape=SearchShape.CROSSING,

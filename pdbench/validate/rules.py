@@ -128,7 +128,7 @@ def check_counts(cfg: RunConfig) -> list[ConfigProblem]:
     s_ = cfg.search
     need("search.first_pass_lengths", s_.first_pass_lengths, 2, "2 or more (8 is usual)")
     need("search.round_repetitions", s_.round_repetitions, 1, "1 or more")
-    need("search.min_history_tokens", s_.min_history_tokens, 1, "1 or more (16)")
+    need("search.min_history_tokens", s_.min_history_tokens, 0, "0 or more (0)")
     need("search.max_history_tokens", s_.max_history_tokens, 0, "0 (the model's context) or more")
     if not s_.target_relative_width > 0:
         out.add(

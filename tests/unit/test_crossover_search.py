@@ -69,7 +69,9 @@ def search(dep: SyntheticDeployment, seed: int, settings: SearchConfig | None = 
     raise AssertionError("the search never ended")
 
 
-@pytest.mark.parametrize(("crossover", "c1_s"), [(20, 3.3e-4), (2_000, 2e-5), (20_000, 2e-5)])
+@pytest.mark.parametrize(
+    ("crossover", "c1_s"), [(20, 3.3e-4), (120, 3.3e-4), (2_000, 2e-5), (20_000, 2e-5)]
+)
 def test_the_search_finds_a_planted_crossover_inside_its_interval(crossover, c1_s):
     dep = planted(crossover, c1_s)
     covered, points = 0, []
@@ -127,9 +129,10 @@ def test_the_same_observations_give_the_same_round():
 
 def test_first_pass_spans_short_and_long_histories_to_the_model_context():
     plan = cs.search_plan(SearchConfig(), 130_000, [1], 2)
-    assert plan.first_lengths[0] == 16 and plan.first_lengths[-1] == 130_000
+    assert plan.first_lengths[:2] == (0, 16) and plan.first_lengths[-1] == 130_000
     assert len(plan.first_lengths) == 8
-    ratios = [b / a for a, b in zip(plan.first_lengths, plan.first_lengths[1:], strict=False)]
+    logged = plan.first_lengths[1:]  # after 0 (no history), log-spaced
+    ratios = [b / a for a, b in zip(logged, logged[1:], strict=False)]
     assert max(ratios) / min(ratios) < 1.2  # log-spaced
 
 
