@@ -324,9 +324,9 @@ class LocalLine:
 
 def local_line(cells: Sequence[Cell], below: Cell, above: Cell) -> LocalLine | None:
     """Weighted least squares of the cell means within ``WINDOW`` x of the pair (down to
-    no history once that reaches under ``LOG_FLOOR``)."""
+    no history once that reaches under ``2 x LOG_FLOOR``: a ratio means little there)."""
     lo, hi = below.history / WINDOW, above.history * WINDOW
-    lo = 0.0 if lo <= LOG_FLOOR else lo
+    lo = 0.0 if lo <= 2 * LOG_FLOOR else lo
     near = [c for c in cells if lo <= c.history <= hi and c.se_ms > 0 and math.isfinite(c.se_ms)]
     if len(near) < 2:
         return None
