@@ -18,7 +18,8 @@ from pdbench.config.problems import ConfigError, ConfigProblem
 from pdbench.config.schema import OnFailure, RunConfig
 from pdbench.driver import provenance
 from pdbench.driver.progress import JobOutcome
-from pdbench.plan.deployments import Deployment, Plan, to_jsonable
+from pdbench.plan.deployments import Deployment, Plan
+from pdbench.results.jsonable import to_jsonable
 from pdbench.results.manifest import LaunchOrigin, mixed_launch_problem, with_launch
 from pdbench.results.store import PointStatus, RunStore
 from pdbench.validate.environment import check_environment

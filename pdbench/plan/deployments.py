@@ -22,11 +22,8 @@ for every rank; the stride leaves room); vLLM's own ports (``VLLM_PORT``) start 
 from __future__ import annotations
 
 import copy
-import hashlib
-import json
 import os
-from dataclasses import asdict, dataclass, field, replace
-from enum import Enum
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from pdbench.config.schema import (
@@ -43,8 +40,9 @@ from pdbench.config.schema import (
 )
 from pdbench.plan import run_order
 from pdbench.plan.crossover_search import SearchPlan, search_plan
-from pdbench.plan.identity import flow_knobs, measured
+from pdbench.plan.identity import flow_knobs, measured, stable_hash
 from pdbench.plan.lengths import usable_history
+from pdbench.results.jsonable import to_jsonable
 
 SIDE_CHANNEL_STRIDE = 64
 VLLM_PORT_STRIDE = 16  # ports of one instance's VLLM_PORT range (vLLM scans up from there)
@@ -166,24 +164,6 @@ class Plan:
 
     def all_points(self) -> list[Point]:
         return [p for d in self.deployments for p in self.points[d.deployment_id]]
-
-
-def to_jsonable(obj: Any) -> Any:
-    """Dataclasses, enums, tuples -> plain JSON values."""
-    if hasattr(obj, "__dataclass_fields__"):
-        return {k: to_jsonable(v) for k, v in asdict(obj).items()}
-    if isinstance(obj, Enum):
-        return obj.value
-    if isinstance(obj, dict):
-        return {str(k): to_jsonable(v) for k, v in obj.items()}
-    if isinstance(obj, list | tuple):
-        return [to_jsonable(v) for v in obj]
-    return obj
-
-
-def stable_hash(data: Any, length: int = 10) -> str:
-    text = json.dumps(to_jsonable(data), sort_keys=True, separators=(",", ":"))
-    return hashlib.sha256(text.encode()).hexdigest()[:length]
 
 
 def _node_capacity(cfg: RunConfig) -> tuple[str, int]:

@@ -38,7 +38,11 @@ changing what is already there, so the manifest's comparison leaves the lists ou
 
 from __future__ import annotations
 
+import hashlib
+import json
 from typing import Any
+
+from pdbench.results.jsonable import to_jsonable
 
 # Config sections whose settings change what is measured.
 MEASURED_SECTIONS = ("model", "topology", "transport", "server", "flow", "workload", "connector")
@@ -90,6 +94,12 @@ def measured(section: str, record: dict[str, Any]) -> dict[str, Any]:
 def flow_knobs(flow: str, flow_record: dict[str, Any]) -> dict[str, Any]:
     """The router knobs that change the Points of ``flow`` (``{}`` for most flows)."""
     return {k: flow_record[k] for k in FLOW_KNOBS.get(flow, ())}
+
+
+def stable_hash(data: Any, length: int = 10) -> str:
+    """The first ``length`` hex digits of the SHA-256 of ``data`` as canonical JSON: an id."""
+    text = json.dumps(to_jsonable(data), sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()[:length]
 
 
 def _flatten(value: Any, prefix: str, out: dict[str, Any]) -> None:

@@ -37,8 +37,8 @@ from pdbench.plan.deployments import (
     Instance,
     Plan,
     Point,
-    to_jsonable,
 )
+from pdbench.results.jsonable import to_jsonable
 from pdbench.spec.sbatch import local_parameters, sbatch_script
 from pdbench.spec.serve_command import serve_command, serve_env
 from pdbench.spec.transfer_probe import TransferProbe, transfer_probe

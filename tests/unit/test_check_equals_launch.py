@@ -9,7 +9,8 @@ import pytest
 
 from pdbench.config.compose import compose_job
 from pdbench.driver.run_dir import write_manifest
-from pdbench.plan.deployments import make_plan, to_jsonable
+from pdbench.plan.deployments import make_plan
+from pdbench.results.jsonable import to_jsonable
 from pdbench.results.manifest import LaunchOrigin
 from pdbench.results.store import RunStore
 from tests.unit.test_cli import pdbench

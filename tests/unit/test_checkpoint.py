@@ -15,7 +15,8 @@ from jobs.entry.deployment import DeploymentJob
 from jobs.run.state import JobInterrupted
 from jobs.run.task import DeploymentTask
 from jobs.serving.server import ServerProcess
-from pdbench.plan.deployments import make_plan, to_jsonable
+from pdbench.plan.deployments import make_plan
+from pdbench.results.jsonable import to_jsonable
 from pdbench.spec.launch import build_launch
 from tests.unit.helpers import cpu_run
 

@@ -13,7 +13,7 @@ import pytest
 from analysis.load import deployment_label, load_runs
 from pdbench.config.schema import Flow, OnFailure, RunConfig
 from pdbench.driver.run_dir import pending_deployments
-from pdbench.plan.deployments import Plan, make_plan, to_jsonable
+from pdbench.plan.deployments import Plan, make_plan
 from pdbench.plan.identity import (
     MEASURED_SECTIONS,
     OPERATIONAL,
@@ -21,6 +21,7 @@ from pdbench.plan.identity import (
     differences,
     measured_config,
 )
+from pdbench.results.jsonable import to_jsonable
 from pdbench.results.store import PointResult, PointStatus, RunStore, Summary
 from tests.unit.helpers import cpu_run, one_pass
 

@@ -14,7 +14,8 @@ from pdbench.config.problems import ConfigError
 from pdbench.config.schema import Flow
 from pdbench.driver.run_dir import RunDir, write_manifest
 from pdbench.driver.status import print_status
-from pdbench.plan.deployments import make_plan, to_jsonable
+from pdbench.plan.deployments import make_plan
+from pdbench.results.jsonable import to_jsonable
 from pdbench.results.manifest import LaunchOrigin, launches
 from pdbench.results.store import PointResult, RunStore
 from tests.unit.helpers import cpu_run

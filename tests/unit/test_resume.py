@@ -7,7 +7,8 @@ import pytest
 
 from pdbench.config.compose import compose_job
 from pdbench.driver.run_dir import resume_lines, write_manifest
-from pdbench.plan.deployments import make_plan, to_jsonable
+from pdbench.plan.deployments import make_plan
+from pdbench.results.jsonable import to_jsonable
 from pdbench.results.store import PointResult, PointStatus, RunStore
 from tests.unit.helpers import cpu_run, one_pass
 from tests.unit.test_cli import pdbench

@@ -2,7 +2,8 @@ import pytest
 
 from pdbench.driver.run_dir import write_manifest
 from pdbench.driver.status import print_status
-from pdbench.plan.deployments import make_plan, to_jsonable
+from pdbench.plan.deployments import make_plan
+from pdbench.results.jsonable import to_jsonable
 from pdbench.results.store import CorruptRecord, PointResult, RunStore
 from tests.unit.helpers import cpu_run, one_pass
 
