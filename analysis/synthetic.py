@@ -30,7 +30,7 @@ mild tail, excess kurtosis ~1 at sigma 0.25; the heavy tails are ``Noise``'s sta
 Every (history length, flow) is measured ``repetitions`` times, as independent Points;
 the Points of a Deployment run in a seeded random order (``order_index``), repetition
 ``r`` of every flow with the same conversations. ``order=RunOrder.BLOCKS`` runs them as the
-runner does (``pdbench/plan/run_order.py``: randomized complete blocks, a block being one
+runner does (``pdbench/plan/points.py``: randomized complete blocks, a block being one
 (history length, repetition) with every flow), with a factor shared by a block's Points
 (``Noise.block``) and the drift normalised to a mean factor of 1 over the run order, so a
 Point's expected TTFT is its truth whatever its position. ``Noise.rough()`` adds heavy tails:

@@ -19,7 +19,8 @@ import submitit
 
 from pdbench.config.schema import TrackingConfig
 from pdbench.plan.crossover_search import SearchPlan
-from pdbench.plan.deployments import Deployment, Point
+from pdbench.plan.deployments import Deployment
+from pdbench.plan.points import Point
 from pdbench.spec.launch import DeploymentSpec
 
 

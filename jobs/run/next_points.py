@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from pdbench.plan.deployments import Point
+from pdbench.plan.points import Point
 from pdbench.results.store import PointResult, PointStatus, RunStore
 
 

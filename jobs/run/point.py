@@ -18,7 +18,8 @@ from jobs.serving.server import log_tail
 from jobs.serving.server_log import LogWindow
 from jobs.workload import LoadGenerator, RequestOptions, build_conversations, run_client
 from pdbench.config.schema import Flow
-from pdbench.plan.deployments import Deployment, Point
+from pdbench.plan.deployments import Deployment
+from pdbench.plan.points import Point
 from pdbench.results.store import PointResult, PointStatus, RequestRecord, RunStore
 from pdbench.spec.launch import DeploymentSpec
 from pdbench.spec.serve_command import served_model_name

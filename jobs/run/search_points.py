@@ -14,9 +14,9 @@ from collections import defaultdict
 
 from jobs.run.next_points import PlannedPoints
 from jobs.run.servers import say
-from pdbench.plan import run_order
 from pdbench.plan.crossover_search import Block, Observation, Round, SearchPlan, next_round
-from pdbench.plan.deployments import Deployment, Point, make_point, shape_workload
+from pdbench.plan.deployments import Deployment
+from pdbench.plan.points import Point, make_point, randomized_blocks, shape_workload
 from pdbench.results.store import PointResult, PointStatus, RunStore, write_json_atomic
 
 ROUND_SEED_STRIDE = 7919  # round r's blocks are shuffled with order_seed + stride * r
@@ -122,7 +122,7 @@ class SearchPoints:
 
     def _points(self, step: Round) -> list[Point]:
         wl = self.plan.workload
-        order = run_order.randomized_blocks(
+        order = randomized_blocks(
             step.blocks, list(self.plan.flows), wl.order_seed + ROUND_SEED_STRIDE * step.index
         )
         points = []
@@ -130,7 +130,15 @@ class SearchPoints:
             shape = shape_workload(wl, block.history, wl.conversations, block.load)
             # its place in the whole run order: after every Point of the earlier rounds
             index = step.points + i
-            point = make_point(self.dep, flow, shape, block.history, block.repetition, index)
+            point = make_point(
+                self.dep.deployment_id,
+                self.dep.flow,
+                flow,
+                shape,
+                block.history,
+                block.repetition,
+                index,
+            )
             if self.store.point_status(point.point_id) is PointStatus.ok:
                 continue
             self._labels[point.point_id] = (

@@ -21,7 +21,8 @@ from pathlib import Path
 
 from jobs.run.servers import say
 from jobs.run.state import JobInterrupted, TaskState
-from pdbench.plan.deployments import Deployment, Point
+from pdbench.plan.deployments import Deployment
+from pdbench.plan.points import Point
 from pdbench.results.store import PointResult, RunStore, write_json_atomic
 from pdbench.spec.launch import DeploymentSpec
 from pdbench.spec.serve_command import served_model_name

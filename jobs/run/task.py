@@ -34,7 +34,8 @@ from jobs.run.state import TaskState
 from jobs.serving.server import ServerStartError
 from pdbench.config.schema import TrackingConfig
 from pdbench.plan.crossover_search import SearchPlan
-from pdbench.plan.deployments import Deployment, Point
+from pdbench.plan.deployments import Deployment
+from pdbench.plan.points import Point
 from pdbench.results.preflight import read_reports, reports_dir
 from pdbench.results.store import PointStatus, RunStore, write_json_atomic
 from pdbench.spec.launch import DeploymentSpec, map_devices, resolve

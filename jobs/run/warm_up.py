@@ -12,7 +12,8 @@ from dataclasses import asdict
 
 from jobs.workload import LoadGenerator, RequestOptions, build_conversations, run_client
 from pdbench.config.schema import WorkloadConfig
-from pdbench.plan.deployments import Deployment, Point
+from pdbench.plan.deployments import Deployment
+from pdbench.plan.points import Point
 from pdbench.results.store import RequestRecord, RunStore, write_lines_atomic
 from pdbench.spec.serve_command import served_model_name
 

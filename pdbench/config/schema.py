@@ -327,12 +327,12 @@ class WorkloadConfig:
     request_timeout_s: float = 120.0
     seed: int = 0
     # Independent repetitions of every (flow, history length): Points of their own, with fresh
-    # conversations (token ids from ``pdbench.plan.run_order.repetition_seed(seed, r)``) and their
+    # conversations (token ids from ``pdbench.plan.points.repetition_seed(seed, r)``) and their
     # own cache salt. Repetition r has the same token ids in every flow (requests pair across
     # flows by conversation and turn). 1 gives no interval (refused), 2 a wide one (warned).
     repetitions: int = 3
     # Seed of each Deployment's run order: randomized complete blocks, one block per (history
-    # length, repetition) holding every flow in a shuffled order (pdbench/plan/run_order.py).
+    # length, repetition) holding every flow in a shuffled order (pdbench/plan/points.py).
     order_seed: int = 0
 
 

@@ -1,11 +1,10 @@
 """Pure planning: a composed RunConfig becomes Deployments x Points.
 
 A Deployment is the set of servers that can stay up (model, topology, transport, server
-flags, ``kv_recompute_threshold``); a Point is one measured workload on it (flow, history
-length, repetition). Ids are hashes of the measured settings that define them
-(``pdbench.plan.identity``: operational knobs such as timeouts and ports stay out), so a rerun
-finds what is done. A Deployment measures its Points in a seeded random order
-(``pdbench.plan.run_order``).
+flags, ``kv_recompute_threshold``); its Points (``pdbench.plan.points``) are the workloads
+measured on it, in their run order. A Deployment's id hashes the measured settings of its
+servers (``pdbench.plan.identity``: operational knobs such as timeouts and ports stay out),
+so a rerun finds what is done.
 
 Placement: instances are laid out in a fixed order (prefill, decode, agg). ``same_node``
 packs them onto node 0 while they fit (GPUs by TP, or CPU cores by TP x threads per rank)
@@ -36,12 +35,11 @@ from pdbench.config.schema import (
     ServerConfig,
     TopologyConfig,
     TransportConfig,
-    WorkloadConfig,
 )
-from pdbench.plan import run_order
 from pdbench.plan.crossover_search import SearchPlan, search_plan
-from pdbench.plan.identity import flow_knobs, measured, stable_hash
+from pdbench.plan.identity import measured, stable_hash
 from pdbench.plan.lengths import usable_history
+from pdbench.plan.points import Point, deployment_points
 from pdbench.results.jsonable import to_jsonable
 
 SIDE_CHANNEL_STRIDE = 64
@@ -132,26 +130,6 @@ class Deployment:
         """Where ``agg`` runs: a mixed instance, else the first decode instance."""
         mixed = self.by_role("mixed")
         return mixed[0] if mixed else self.by_role("decode")[0]
-
-
-@dataclass
-class Point:
-    """One measured workload on a Deployment: ``workload.history_tokens`` is
-    ``[history_tokens]``, this Point's value of the sweep axis, and ``workload.seed`` its
-    repetition's seed (``run_order.repetition_seed``)."""
-
-    point_id: str
-    deployment_id: str
-    flow: Flow
-    history_tokens: int
-    workload: WorkloadConfig
-    repetition: int = 0  # 0-based: independent Points of one (flow, history length)
-    order_index: int = 0  # its place in its Deployment's run order (``run_order``)
-
-    def workload_record(self) -> dict[str, Any]:
-        """The workload as the id hashes it and records keep it: ``history_tokens`` a number,
-        ``repetition`` this Point's."""
-        return workload_record(self.workload, self.history_tokens, self.repetition)
 
 
 @dataclass
@@ -251,19 +229,6 @@ def place_instances(cfg: RunConfig) -> tuple[list[Instance], int]:
     return instances, node + 1
 
 
-def workload_record(
-    workload: WorkloadConfig, history_tokens: int, repetition: int = 0
-) -> dict[str, Any]:
-    """One Point's workload: the sweep axes replaced by this Point's values (``history_tokens``
-    and ``repetition``; the count of repetitions and the order seed say nothing about the
-    Point, so more repetitions later keep the ids of those measured)."""
-    record = to_jsonable(workload)
-    record["history_tokens"] = history_tokens
-    record["repetition"] = repetition
-    del record["repetitions"], record["order_seed"]
-    return record
-
-
 def deployment_axes(flow: FlowConfig) -> list[tuple[int, FlowConfig, str]]:
     """(kv_recompute_threshold, the flow config with its TTL, name suffix) per Deployment:
     ``kv_recompute_thresholds`` x ``decoder_kv_blocks_ttls_s`` (each [] means its one value)."""
@@ -280,88 +245,13 @@ def deployment_axes(flow: FlowConfig) -> list[tuple[int, FlowConfig, str]]:
     ]
 
 
-def workload_points(workload: WorkloadConfig) -> list[tuple[int, WorkloadConfig]]:
-    """(history length, the Point's workload) per workload Point: history lengths x
-    conversation counts x concurrencies, each Point's workload holding its one value."""
-    return [
-        (history, shape_workload(workload, history, conversations, concurrency))
-        for history in workload.history_tokens
-        for conversations in workload.conversation_counts or [workload.conversations]
-        for concurrency in workload.concurrencies or [workload.concurrency]
-    ]
-
-
-def point_key(
-    dep: Deployment, flow: Flow, workload: WorkloadConfig, history: int, repetition: int
-) -> dict:
-    """What a Point's id hashes: its Deployment, its flow (with the router knobs that flow
-    uses) and its measured workload (``pdbench.plan.identity``)."""
-    return {
-        "deployment": dep.deployment_id,
-        "flow": flow.value,
-        **flow_knobs(flow.value, to_jsonable(dep.flow)),
-        "workload": measured("workload", workload_record(workload, history, repetition)),
-    }
-
-
-def shape_workload(workload: WorkloadConfig, history: int, conversations: int, concurrency: int):
-    """A workload Point's workload: one history length, conversation count and concurrency."""
-    return replace(
-        workload,
-        history_tokens=[history],
-        conversations=conversations,
-        concurrency=concurrency,
-        conversation_counts=[],
-        concurrencies=[],
-    )
-
-
-def make_point(
-    dep: Deployment,
-    flow: Flow,
-    shape: WorkloadConfig,
-    history: int,
-    repetition: int,
-    order_index: int,
-) -> Point:
-    """One Point: ``shape`` (``shape_workload``) with its repetition's seed, its id hashed
-    from what it measures."""
-    seed = run_order.repetition_seed(shape.seed, repetition)
-    point_workload = replace(shape, seed=seed)
-    pid_key = point_key(dep, flow, point_workload, history, repetition)
-    return Point(
-        point_id=f"{flow.value}-h{history}-r{repetition}-{stable_hash(pid_key, 10)}",
-        deployment_id=dep.deployment_id,
-        flow=flow,
-        history_tokens=history,
-        workload=point_workload,
-        repetition=repetition,
-        order_index=order_index,
-    )
-
-
-def deployment_points(dep: Deployment, flows: list[Flow], workload: WorkloadConfig) -> list[Point]:
-    """The Points of one Deployment in its run order (``run_order.randomized_blocks``: one
-    block per (workload Point, repetition), every flow in each). A workload Point is a history
-    length x conversation count x concurrency (``workload_points``)."""
-    shapes = workload_points(workload)
-    blocks = [(k, r) for k in range(len(shapes)) for r in range(workload.repetitions)]
-    order = run_order.randomized_blocks(blocks, flows, workload.order_seed)
-    return [
-        make_point(dep, flow, shapes[k][1], shapes[k][0], repetition, index)
-        for index, ((k, repetition), flow) in enumerate(order)
-    ]
-
-
 def make_plan(cfg: RunConfig) -> Plan:
     """Deployments (one per ``kv_recompute_threshold`` x TTL) x Points (flow x history
     length x conversations x concurrency x repetition), each Deployment's Points in its run
     order."""
     cfg = copy.deepcopy(cfg)  # the plan owns its configs: later edits of cfg do not leak in
     flows = list(dict.fromkeys(cfg.flow.flows))
-    bidirectional = any(f in (Flow.pull, Flow.decode_first) for f in flows)
-    instances, nodes = place_instances(cfg)
-    plan = Plan(deployments=[])
+    plan = Plan(deployments=make_deployments(cfg, flows))
     workload, search = cfg.workload, None
     if not workload.history_tokens:  # no lengths given: search for the crossover
         loads = workload.concurrencies or [workload.concurrency]
@@ -369,6 +259,21 @@ def make_plan(cfg: RunConfig) -> Plan:
             cfg.search, usable_history(cfg.model, workload), loads, len(flows), workload, flows
         )
         workload = replace(workload, history_tokens=list(search.first_lengths))
+    for dep in plan.deployments:
+        plan.points[dep.deployment_id] = deployment_points(
+            dep.deployment_id, dep.flow, flows, workload
+        )
+        if search is not None:
+            plan.searches[dep.deployment_id] = search
+    return plan
+
+
+def make_deployments(cfg: RunConfig, flows: list[Flow]) -> list[Deployment]:
+    """One Deployment per ``kv_recompute_threshold`` x TTL (``deployment_axes``), its
+    instances placed (``place_instances``) and its id hashed from its ``key``."""
+    bidirectional = any(f in (Flow.pull, Flow.decode_first) for f in flows)
+    instances, nodes = place_instances(cfg)
+    deployments = []
     for threshold, flow_config, suffix in deployment_axes(cfg.flow):
         name = f"{cfg.model.name}-{cfg.topology.name}-{cfg.transport.name}-{suffix}"
         dep = Deployment(
@@ -385,8 +290,5 @@ def make_plan(cfg: RunConfig) -> Plan:
             connector=cfg.connector,
         )
         dep.deployment_id = f"{name}-{stable_hash(dep.key(), 8)}"
-        plan.deployments.append(dep)
-        plan.points[dep.deployment_id] = deployment_points(dep, flows, workload)
-        if search is not None:
-            plan.searches[dep.deployment_id] = search
-    return plan
+        deployments.append(dep)
+    return deployments

@@ -199,7 +199,7 @@ class PointResult:
     deployment: dict[str, Any]
     workload: dict[str, Any]  # its ``repetition`` and ``history_tokens`` included
     repetition: int = 0  # 0-based: independent Points of one (deployment, flow, history)
-    order_index: int = -1  # its place in its Deployment's run order (pdbench/plan/run_order.py)
+    order_index: int = -1  # its place in its Deployment's run order (pdbench/plan/points.py)
     summary: Summary = field(default_factory=Summary)
     by_turn: list[TurnRow] = field(default_factory=list)
     transfer: TransferTotals = field(default_factory=TransferTotals)

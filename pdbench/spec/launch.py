@@ -30,14 +30,13 @@ from typing import Any
 
 from connector.process_env import RUN_DIR_ENV, TIMING_DIR_ENV
 from pdbench.config.schema import ExecutorKind, FlowConfig, RunConfig
-from pdbench.plan import run_order
 from pdbench.plan.deployments import (
     SIDE_CHANNEL_STRIDE,
     Deployment,
     Instance,
     Plan,
-    Point,
 )
+from pdbench.plan.points import ORDER_DESIGN, Point
 from pdbench.results.jsonable import to_jsonable
 from pdbench.spec.sbatch import local_parameters, sbatch_script
 from pdbench.spec.serve_command import serve_command, serve_env
@@ -129,7 +128,7 @@ class DeploymentSpec:
     transfer: TransferProbe | None = None
     # Per-request timing lines of each instance's connector plugin: <timing_dir>/<instance>/
     timing_dir: str = ""
-    # The Points in the order the job measures them (``pdbench.plan.run_order``) and its seed.
+    # The Points in the order the job measures them (``pdbench.plan.points``) and its seed.
     run_order: list[str] = field(default_factory=list)
     order_seed: int = 0
     # python -m pdbench serve: after the warm-up the job serves this flow to any client until
@@ -460,7 +459,7 @@ def describe(spec: LaunchSpec, plan: Plan) -> str:
     lines = [f"run dir: {spec.run_dir}", f"executor: {spec.executor}", ""]
     for dep in spec.deployments:
         lines += describe_deployment(dep)
-        lines.append(f"  run order ({run_order.DESIGN}, order_seed={dep.order_seed}):")
+        lines.append(f"  run order ({ORDER_DESIGN}, order_seed={dep.order_seed}):")
         points = {p.point_id: p for p in plan.points[dep.deployment_id]}
         for index, point_id in enumerate(dep.run_order):
             point = points[point_id]
