@@ -15,11 +15,11 @@ from pathlib import Path
 
 from jobs.entry.deployment import DeploymentJob
 from pdbench.config.schema import ExecutorKind, RunConfig
-from pdbench.driver import tiny_model
 from pdbench.driver.progress import JobOutcome
 from pdbench.driver.report_table import print_run_table
 from pdbench.driver.run_dir import RunDir
 from pdbench.driver.submit import Submitted, check_slurm_reachable, follow, submit
+from pdbench.driver.tiny_model import model_path_for
 from pdbench.plan.attempt import attempt, median_point_s
 from pdbench.plan.deployments import Plan, make_plan
 from pdbench.results.manifest import LaunchOrigin
@@ -52,13 +52,6 @@ class Launched:
     def ok(self) -> bool:
         """Every job ended without an error and every Point of the dir is recorded ok."""
         return not any(o.failed for o in self.outcomes) and self.run_dir.all_ok()
-
-
-def model_path_for(cfg: RunConfig, create: bool) -> str:
-    """The served model's directory; the tiny model is generated (once) when ``create``."""
-    if create or not cfg.model.generate:
-        return tiny_model.resolve_model_path(cfg.model, cfg.cache_dir)
-    return str(tiny_model.tiny_model_dir(cfg.model, cfg.cache_dir))
 
 
 def launch(cfg: RunConfig, origin: LaunchOrigin, follow_jobs: bool = True) -> Launched:

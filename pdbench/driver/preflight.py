@@ -14,8 +14,8 @@ from pathlib import Path
 
 from jobs.entry.preflight import PreflightJob
 from pdbench.config.schema import ExecutorKind, RunConfig
-from pdbench.driver.launch import model_path_for
 from pdbench.driver.submit import check_slurm_reachable, follow, submit
+from pdbench.driver.tiny_model import model_path_for
 from pdbench.plan.deployments import make_plan
 from pdbench.results.preflight import read_reports, reports_dir, verdict
 from pdbench.results.store import write_json_atomic

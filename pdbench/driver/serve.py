@@ -19,9 +19,9 @@ from pathlib import Path
 from jobs.entry.deployment import DeploymentJob
 from pdbench.config.problems import ConfigError, ConfigProblem
 from pdbench.config.schema import ExecutorKind, RunConfig
-from pdbench.driver.launch import model_path_for
 from pdbench.driver.run_dir import RunDir, write_manifest
 from pdbench.driver.submit import check_slurm_reachable, follow, submit
+from pdbench.driver.tiny_model import model_path_for
 from pdbench.plan.deployments import Plan, make_plan
 from pdbench.results.manifest import LaunchOrigin
 from pdbench.spec.launch import LaunchSpec, build_launch, describe

@@ -26,7 +26,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from pdbench.config.schema import ModelConfig
+from pdbench.config.schema import ModelConfig, RunConfig
 
 BUILD_VERSION = 2  # bump when the build changes: old directories are then ignored
 INITIALIZER_RANGE = 0.5
@@ -118,6 +118,13 @@ def resolve_model_path(model: ModelConfig, cache_dir: str | Path) -> str:
     if model.generate:
         return str(ensure_tiny_model(model, cache_dir))
     return model.path
+
+
+def model_path_for(cfg: RunConfig, create: bool) -> str:
+    """The served model's directory; the tiny model is generated (once) when ``create``."""
+    if create or not cfg.model.generate:
+        return resolve_model_path(cfg.model, cfg.cache_dir)
+    return str(tiny_model_dir(cfg.model, cfg.cache_dir))
 
 
 def made_up_words(count: int, seed: int) -> list[str]:

@@ -25,7 +25,7 @@ from omegaconf import OmegaConf
 from jobs.preflight import NodeExpectation, PreflightSpec, run_preflight, spec_from_config
 from pdbench.config.schema import register_configs
 from pdbench.driver import provenance
-from pdbench.driver.launch import model_path_for
+from pdbench.driver.tiny_model import model_path_for
 from tests.e2e.conftest import load_points, run_pdbench, server_pids
 from tests.e2e.test_local_slurm import local_slurm  # noqa: F401  (session fixture)
 

@@ -17,7 +17,7 @@ from hydra.core.global_hydra import GlobalHydra
 from omegaconf import OmegaConf
 
 from pdbench.config.schema import RunConfig, register_configs
-from pdbench.driver.launch import model_path_for
+from pdbench.driver.tiny_model import model_path_for
 from pdbench.plan.deployments import make_plan
 from pdbench.spec.launch import build_launch, describe
 from pdbench.spec.vllm_install import VllmInstall, servers_vllm
