@@ -20,14 +20,13 @@ from pdbench.driver.report_table import print_run_table
 from pdbench.driver.run_dir import RunDir
 from pdbench.driver.submit import Submitted, check_slurm_reachable, follow, submit
 from pdbench.driver.tiny_model import model_path_for
-from pdbench.plan.attempt import attempt, median_point_s
+from pdbench.plan.attempt import attempt_line, job_points
 from pdbench.plan.deployments import Plan, make_plan
 from pdbench.results.manifest import LaunchOrigin
 from pdbench.results.store import PointStatus, RunStore
 from pdbench.spec.launch import LaunchSpec, build_launch, describe
 from pdbench.spec.vllm_install import cluster_servers_vllm
 from pdbench.validate.environment import dry_run_note
-from pdbench.validate.premises import longest_history
 
 
 class Ended(Enum):
@@ -68,7 +67,11 @@ def launch(cfg: RunConfig, origin: LaunchOrigin, follow_jobs: bool = True) -> La
             print(f"{held[0].rstrip(':')} (each listed at the end)\n")
         print(describe(spec, plan))
         if cfg.cluster.executor is ExecutorKind.slurm and spec.submissions:
-            print(attempt_line(cfg, plan, run_dir.store) + "\n")
+            try:
+                records = run_dir.store.iter_points()
+            except (OSError, ValueError):  # a corrupt record: the estimate instead
+                records = []
+            print(attempt_line(cfg, plan, records) + "\n")
         print("\n".join(held))
         note = dry_run_note(cfg)
         if note:
@@ -85,23 +88,6 @@ def launch(cfg: RunConfig, origin: LaunchOrigin, follow_jobs: bool = True) -> La
     if not follow_jobs or cfg.launch.detach:
         return Launched(Ended.submitted, run_dir, jobs)
     return Launched(Ended.followed, run_dir, jobs, follow(jobs, run_dir.recorded))
-
-
-def attempt_line(cfg: RunConfig, plan: Plan, store: RunStore) -> str:
-    """How many Points one attempt of the largest job holds (``pdbench.plan.attempt``)."""
-    try:
-        measured = median_point_s(store.iter_points())
-    except (OSError, ValueError):  # a corrupt record: the estimate instead
-        measured = None
-    most = max(job_points(plan, d.deployment_id) for d in plan.deployments)
-    return attempt(cfg, longest_history(cfg), most, measured).describe()
-
-
-def job_points(plan: Plan, deployment_id: str) -> int:
-    """The most Points a Deployment's job measures: its plan's, or its search's cap."""
-    search = plan.searches.get(deployment_id)
-    planned = len(plan.points[deployment_id])
-    return max(planned, search.settings.max_points) if search is not None else planned
 
 
 def submit_deployments(

@@ -7,7 +7,8 @@ labelled so: per batch of conversations in flight, each turn is P's prefill wave
 context (recompute's cost, pull's upper bound; ``pdbench.plan.prefill_wave``) and
 ``DECODE_STEP_S`` per output token, plus D's TTL when ``flow.kv_tail`` waits it out and
 ``POINT_OVERHEAD_S``. Without ``cluster.gpu_tflops`` there is no estimate, and the line
-says what would give one.
+says what would give one. A job holds its plan's Points, or up to its search's cap
+(``job_points``): what the line counts attempts for, and what a job's requeues are sized by.
 """
 
 from __future__ import annotations
@@ -16,6 +17,8 @@ import math
 from dataclasses import dataclass
 
 from pdbench.config.schema import RunConfig
+from pdbench.plan.deployments import Plan
+from pdbench.plan.lengths import longest_history
 from pdbench.plan.prefill_wave import in_flight, prefill_seconds
 from pdbench.spec.sbatch import signal_delay_s
 
@@ -125,3 +128,18 @@ def attempt(
     return Attempt(
         limit_s, signal_s, float(cfg.server.startup_timeout_s), point_s, basis, job_points
     )
+
+
+def job_points(plan: Plan, deployment_id: str) -> int:
+    """The most Points a Deployment's job measures: its plan's, or its search's cap."""
+    search = plan.searches.get(deployment_id)
+    planned = len(plan.points[deployment_id])
+    return max(planned, search.settings.max_points) if search is not None else planned
+
+
+def attempt_line(cfg: RunConfig, plan: Plan, records: list[dict]) -> str:
+    """How many Points one attempt of the largest job holds, ``records`` being the Points the
+    run dir recorded (their median duration, else the estimate)."""
+    measured = median_point_s(records)
+    most = max(job_points(plan, d.deployment_id) for d in plan.deployments)
+    return attempt(cfg, longest_history(cfg), most, measured).describe()

@@ -1,11 +1,12 @@
-"""Token counts of a workload: fixed, or drawn around a mean from a seeded distribution."""
+"""Token counts of a workload: fixed, or drawn around a mean from a seeded distribution; the
+longest history that fits the model (``usable_history``), and the longest a run measures."""
 
 from __future__ import annotations
 
 import math
 import random
 
-from pdbench.config.schema import LengthDistribution, ModelConfig, WorkloadConfig
+from pdbench.config.schema import LengthDistribution, ModelConfig, RunConfig, WorkloadConfig
 
 LOGNORMAL_CAP = 3.0  # lognormal draws are clipped at mean * (1 + 3 * jitter)
 
@@ -75,3 +76,11 @@ def usable_history(model: ModelConfig, workload: WorkloadConfig) -> int:
         0, workload.common_prefix_tokens, turns, user, out
     )
     return max(room - 32, 0)
+
+
+def longest_history(cfg: RunConfig) -> int:
+    """The longest history a run measures: its lengths', or its search's longest."""
+    w = cfg.workload
+    if w.history_tokens:
+        return max(w.history_tokens)
+    return cfg.search.max_history_tokens or usable_history(cfg.model, w)

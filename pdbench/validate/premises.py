@@ -32,7 +32,7 @@ import math
 from pdbench.config.problems import ConfigProblem, Problems, Rule
 from pdbench.config.schema import Command, Flow, FlowConfig, RunConfig
 from pdbench.plan.kv_lease import VLLM_DECLINE_MARGIN_S, pull_window_s, shortest_pulling_ttl_s
-from pdbench.plan.lengths import usable_history
+from pdbench.plan.lengths import longest_history
 from pdbench.plan.prefill_wave import prefill_wave
 from pdbench.validate import capacity
 
@@ -92,14 +92,6 @@ def check_pull_window(cfg: RunConfig) -> list[ConfigProblem]:
             f"a TTL of {shortest} s or more, or {ANYWAY}",
         )
     return out
-
-
-def longest_history(cfg: RunConfig) -> int:
-    """The longest history a run measures: its lengths', or its search's longest."""
-    w = cfg.workload
-    if w.history_tokens:
-        return max(w.history_tokens)
-    return cfg.search.max_history_tokens or usable_history(cfg.model, w)
 
 
 def check_lease_outlasts_a_wave(cfg: RunConfig) -> list[ConfigProblem]:

@@ -8,12 +8,12 @@ from pathlib import Path
 import pytest
 
 from pdbench.cli import compose_job
-from pdbench.driver.launch import attempt_line
 from pdbench.plan.attempt import (
     DECODE_STEP_S,
     POINT_OVERHEAD_S,
     Attempt,
     attempt,
+    attempt_line,
     estimated_point_s,
     median_point_s,
 )
@@ -80,7 +80,7 @@ def test_points_already_recorded_give_the_measured_median_instead():
 def test_the_dry_runs_line_counts_the_largest_job(tmp_path: Path):
     cfg = compose_job(["+experiment=smoke", *GPU, f"dir={tmp_path}"])
     plan = make_plan(cfg)
-    line = attempt_line(cfg, plan, RunStore(tmp_path))
+    line = attempt_line(cfg, plan, RunStore(tmp_path).iter_points())
     points = max(len(p) for p in plan.points.values())
     assert line.startswith("each SLURM attempt: time limit 240 min")
     assert f"a job of {points} Point(s) needs about 1 attempt(s)" in line

@@ -282,7 +282,7 @@ def test_requeues_allowed_follow_the_points_of_the_job(tmp_path) -> None:
 
 def test_a_searching_job_may_need_a_requeue_per_point_of_its_search() -> None:
     from pdbench.config.compose import compose_job
-    from pdbench.driver.launch import job_points
+    from pdbench.plan.attempt import job_points
     from pdbench.plan.deployments import make_plan
 
     plan = make_plan(compose_job(["+experiment=crossover"]))  # no lengths given: searches
