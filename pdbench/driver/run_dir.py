@@ -53,15 +53,6 @@ def search_done(store: RunStore, deployment_id: str) -> bool:
     return bool(rounds) and bool(rounds[-1].get("done"))
 
 
-def read_previous_manifest(store: RunStore, say: bool = True) -> dict[str, Any]:
-    """The dir's manifest, ``{}`` for a new dir or one that does not parse (named when
-    ``say``: a launch sets it aside in ``write_manifest``, a dry run writes nothing)."""
-    manifest, note = store.previous_manifest(set_aside=False)
-    if note and say:
-        print(f"[pdbench] {note}", flush=True)
-    return manifest
-
-
 def check_same_experiment(
     config: dict[str, Any], manifest: dict[str, Any], store: RunStore, origin: LaunchOrigin
 ) -> None:
@@ -132,6 +123,7 @@ def write_manifest(
     driver = provenance.collect()
 
     def update(previous: dict[str, Any]) -> None:
+        deployments = merge_deployments(previous.get("deployments", []), plan)
         manifest = with_launch(
             previous,
             config,
@@ -143,7 +135,7 @@ def write_manifest(
         # the nodes' preflight findings (jobs of this run dir so far) stay
         nodes = previous.get("provenance", {}).get("nodes", {})
         manifest["provenance"] = {**manifest["provenance"], "nodes": nodes}
-        manifest["deployments"] = merge_deployments(previous.get("deployments", []), plan)
+        manifest["deployments"] = deployments
         previous.clear()
         previous.update(manifest)
 
@@ -200,7 +192,11 @@ class RunDir:
         with ``claim`` (a launch that will follow jobs there), when the nodes would run
         another environment than this driver's or another launch holds the dir."""
         store, config = RunStore(cfg.dir), to_jsonable(cfg)
-        manifest = read_previous_manifest(store, say=cfg.launch.dry_run)
+        # a manifest that does not parse is named here on a dry run, which writes nothing; a
+        # launch sets it aside in ``write_manifest`` and names it there
+        manifest, note = store.previous_manifest(set_aside=False)
+        if note and cfg.launch.dry_run:
+            print(f"[pdbench] {note}", flush=True)
         if not cfg.launch.allow_mixed:
             check_same_experiment(config, manifest, store, origin)
         if claim:
