@@ -2,11 +2,11 @@
 knobs one changes to get a run through (timeouts, ports, paths, tracking, where it runs).
 
 One rule, written once here and used twice: ids (``pdbench.plan.deployments``: a
-Deployment's id hashes its measured server-side settings, a Point's id its Deployment, flow
-and measured workload) and the run dir's manifest (``pdbench.results.manifest``: a launch
-whose measured config differs from the dir's is refused). A rerun after a crash may change
-any operational knob and still resumes: its Points keep their ids, so those recorded ``ok``
-are skipped.
+Deployment's id hashes its measured server-side settings; ``pdbench.plan.points``: a Point's
+id its Deployment, flow and measured workload) and the run dir's manifest
+(``pdbench.results.manifest``: a launch whose measured config differs from the dir's is
+refused). A rerun after a crash may change any operational knob and still resumes: its
+Points keep their ids, so those recorded ``ok`` are skipped.
 
 =========  ============================================  =====================================
 section    measured: in ids                              operational: not in ids
