@@ -322,10 +322,12 @@ class LocalLine:
         return math.sqrt(max(vaa + 2 * h * vab + h * h * vbb, 0.0))
 
 
-def local_line(cells: Sequence[Cell], below: Cell, above: Cell) -> LocalLine | None:
-    """Weighted least squares of the cell means within ``WINDOW`` x of the pair (down to
+def local_line(
+    cells: Sequence[Cell], below: Cell, above: Cell, window: float = WINDOW
+) -> LocalLine | None:
+    """Weighted least squares of the cell means within ``window`` x of the pair (down to
     no history once that reaches under ``2 x LOG_FLOOR``: a ratio means little there)."""
-    lo, hi = below.history / WINDOW, above.history * WINDOW
+    lo, hi = below.history / window, above.history * window
     lo = 0.0 if lo <= 2 * LOG_FLOOR else lo
     near = [c for c in cells if lo <= c.history <= hi and c.se_ms > 0 and math.isfinite(c.se_ms)]
     if len(near) < 2:
@@ -428,7 +430,12 @@ def estimate_load(load: int, observations: Sequence[Observation], plan: SearchPl
     below, above = pair
     line = local_line(cells, below, above)
     found = crossing_interval(line, t) if line else None
-    if found is None:  # the local line does not cross inside its window: measure between
+    if found is None:
+        # Flat and noisy near the pair (a sign change that is noise around 0, the true one
+        # further on): a line over a window twice as wide (in log) sees the rise.
+        line = local_line(cells, below, above, WINDOW**2)
+        found = crossing_interval(line, t) if line else None
+    if found is None:  # no line crosses inside its window: measure between
         mid = plan.snap(math.sqrt(below.history * above.history))
         return LoadEstimate(
             shape=SearchShape.CROSSING,
