@@ -4,7 +4,7 @@ A synthetic deployment (``tests/unit/test_crossover_search.py``'s truth and nois
 TTFT per block's paired saving, 3% of blocks stalled by +-3 SDs more) answers every block.
 For crossovers planted at 20, 120, 2,000 and 20,000 tokens it runs, over many seeds:
 
-- the search (``pdbench.plan.crossover_search``, default settings, usable range 16-100,000
+- the search (``pdbench.plan.crossover_search``, default settings, usable range 0-100,000
   tokens), to its end;
 - the former preset's grid (9 lengths 0-4,096 x 15 repetitions, 270 Points) read by the
   same local estimator;

@@ -58,7 +58,7 @@ def search(dep: SyntheticDeployment, seed: int, settings: SearchConfig | None = 
     rng = random.Random(seed)
     plan = cs.search_plan(settings or SearchConfig(budget_min=60), MAX_TOKENS, [1], 2)
     blocks, seen, taken = plan.first_pass(), [], []
-    for index in range(1, 100):
+    for index in range(1, 1000):  # a round holds 2+ blocks: max_points ends it long before
         for block in blocks:
             seen.append(measure(dep, block, rng))
             taken.append(block)
