@@ -7,6 +7,7 @@ position."""
 from __future__ import annotations
 
 import shutil
+import signal
 import subprocess
 import time
 from collections.abc import Callable
@@ -170,8 +171,25 @@ def follow_all(
 def _cancel_rest(jobs: list, outcomes: list) -> None:
     for job, done in zip(jobs, outcomes, strict=True):
         if done is None and not job.done():
-            job.cancel(check=False)
+            stop_job(job)
             print(f"[pdbench] launch.on_failure=stop: cancelled job {job.job_id}", flush=True)
+
+
+def stop_job(job: Any) -> None:
+    """Ask a job to end. A local job's controller gets SIGTERM, which it forwards to its
+    tasks: a pdbench task tears down its servers and exits (submitit's ``cancel`` sends
+    SIGINT instead, which a driver started in the background passes on as ignored, so the
+    job ran on; and where it is heard the controller SIGKILLs the tasks a second later,
+    before their servers, in sessions of their own, are stopped). A SLURM job is cancelled
+    (scancel: SIGTERM to every task)."""
+    process = getattr(job, "_process", None)  # submitit's LocalJob, in its submitter
+    if process is None:
+        job.cancel(check=False)
+        return
+    try:
+        process.send_signal(signal.SIGTERM)
+    except OSError:
+        pass
 
 
 def follow(job, recorded: Callable[[], str], poll_s: float = 1.0) -> JobOutcome:

@@ -24,7 +24,7 @@ from typing import Any
 
 from pdbench.config.schema import ClusterConfig
 from pdbench.driver.executors import make_executor
-from pdbench.driver.progress import JobOutcome, follow_all
+from pdbench.driver.progress import JobOutcome, follow_all, stop_job
 
 
 @dataclass
@@ -130,22 +130,12 @@ def stopping_jobs_on(submitted: list[Submitted], wait_s: float = STOP_WAIT_S) ->
 
 
 def stop_jobs(jobs: list[Any], wait_s: float = STOP_WAIT_S) -> None:
-    """Stop every job not done and wait up to ``wait_s`` for them to end. A local job's
-    controller gets SIGTERM, which it forwards to its tasks: each tears down its servers
-    (``cancel``'s SIGINT would have the controller SIGKILL the tasks a second later, before
-    their servers, in sessions of their own, are stopped). A SLURM job is cancelled
-    (scancel: SIGTERM to every task)."""
+    """Stop every job not done (``progress.stop_job``) and wait up to ``wait_s`` for them
+    to end."""
     running = [job for job in jobs if not job.done()]
     for job in running:
-        process = getattr(job, "_process", None)  # submitit's LocalJob, in its submitter
         print(f"[pdbench] stopping job {job.job_id}: its servers stop", flush=True)
-        if process is not None:
-            try:
-                process.send_signal(signal.SIGTERM)
-            except OSError:
-                pass
-        else:
-            job.cancel(check=False)
+        stop_job(job)
     deadline = time.monotonic() + wait_s
     while any(not job.done() for job in running) and time.monotonic() < deadline:
         time.sleep(0.5)

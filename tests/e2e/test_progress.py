@@ -4,6 +4,8 @@ submitit local jobs (processes), no scheduler."""
 
 from __future__ import annotations
 
+import signal
+import sys
 import time
 
 import pytest
@@ -25,6 +27,9 @@ def fails() -> None:
 
 
 def sleeps() -> str:
+    """A task that, as pdbench's own, ends on the SIGTERM a stop sends (submitit's task
+    would otherwise log it and go on)."""
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     time.sleep(120)
     return "slept"
 

@@ -42,6 +42,9 @@ class Served:
             stderr=subprocess.STDOUT,
             text=True,
             start_new_session=True,
+            # as from a terminal: Ctrl-C heard even when pytest itself was started in the
+            # background (a shell's `cmd &` hands SIGINT on ignored, and Python keeps it so)
+            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
         )
         self.lines: queue.Queue[str] = queue.Queue()
         self.seen: list[str] = []
