@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import random
 import time
@@ -118,6 +119,9 @@ class TurnTiming:
             "gap": gap * 1e3,
             "d": (self.d_first - self.d_sent) * 1e3,
         }
+
+
+STREAM_END = b"data: [DONE]\n\n"  # the last event of an OpenAI stream
 
 
 class StreamCut(Exception):
@@ -374,21 +378,29 @@ class Router:
                 status=200, headers={"Content-Type": "text/event-stream", **headers}
             )
             await response.prepare(request)
+            tail = b""  # the last bytes the client got: has it the stream's end?
             try:
-                await response.write(chat.feed(first) if chat else first)
+                out = chat.feed(first) if chat else first
+                await response.write(out)
+                tail = (tail + out)[-len(STREAM_END) :]
                 async for chunk in chunks:
                     out = chat.feed(chunk) if chat else chunk
                     if out:
                         await response.write(out)
+                        tail = (tail + out)[-len(STREAM_END) :]
             except Exception as exc:
-                # The answer is under way: no error answer can follow it. Cut the client's
-                # connection so that it fails now, not at its own timeout (it waited 120 s
-                # for a stream whose D had died).
-                if request.transport is not None:
-                    request.transport.close()
-                raise StreamCut(response, exc) from exc
+                if tail != STREAM_END:
+                    # The answer is under way: no error answer can follow it. Cut the
+                    # client's connection so that it fails now, not at its own timeout (it
+                    # waited 120 s for a stream whose D had died).
+                    if request.transport is not None:
+                        request.transport.close()
+                    raise StreamCut(response, exc) from exc
+                # else: the client had the whole answer and closed first (the OpenAI SDK
+                # does once it reads [DONE]): a turn served, not a cut
             timing.d_last = time.perf_counter()
-            await response.write_eof()
+            with contextlib.suppress(ConnectionError):
+                await response.write_eof()
             return response
 
     async def _forward_get(self, request, path: str):
