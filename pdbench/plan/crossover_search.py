@@ -185,11 +185,11 @@ class SearchPlan:
 
     flows: tuple[Flow, ...] = ()
 
-    def rungs_beyond(self, tokens: float, above: bool) -> tuple[int, ...]:
+    def rungs_beyond(self, tokens: float, above: bool) -> list[int]:
         """The next rung above (below) ``tokens``, if any."""
         rungs = self.rungs or self.first_lengths
-        beyond = [h for h in rungs if (h > tokens if above else h < tokens)]
-        return (min(beyond),) if above and beyond else (max(beyond),) if beyond else ()
+        beyond = sorted(h for h in rungs if (h > tokens if above else h < tokens))
+        return beyond[:1] if above else beyond[-1:]
 
     def first_pass(self) -> list[Block]:
         reps = self.first_repetitions
@@ -455,25 +455,25 @@ def estimate_load(load: int, observations: Sequence[Observation], plan: SearchPl
     closed = closed or (at_shortest and high < line.hi and shortest_decided)
     wanted = max(settings.target_relative_width * root, FINEST_WIDTH)
     done = closed and high - low <= wanted and line.cells >= MIN_CELLS
-    lengths = tuple(dict.fromkeys(plan.snap(h) for h in (low, root, high)))
+    lengths = [plan.snap(h) for h in (low, root, high)]
     # An interval that runs into the window's edge needs a length beyond it: more
     # repetitions at the edge alone would leave it open there.
     if high >= line.hi * 0.999:
-        lengths = tuple(dict.fromkeys((*lengths, *plan.rungs_beyond(line.hi, above=True))))
+        lengths += plan.rungs_beyond(line.hi, above=True)
     if line.lo > 0 and low <= line.lo * 1.001:
-        lengths = tuple(dict.fromkeys((*lengths, *plan.rungs_beyond(line.lo, above=False))))
+        lengths += plan.rungs_beyond(line.lo, above=False)
     if line.cells < MIN_CELLS:  # a third length for the line: between the pair, or beside it
         measured = {c.history for c in cells}
         mid = plan.snap(math.sqrt(max(below.history, 1) * above.history))
-        beside = (
+        beside = [
             mid,
             *plan.rungs_beyond(above.history, above=True),
             *plan.rungs_beyond(below.history, above=False),
-        )
-        lengths = (*lengths, *[h for h in beside if h not in measured][:1])
-        lengths = tuple(dict.fromkeys(lengths))
+        ]
+        lengths += [h for h in beside if h not in measured][:1]
     if low <= max(shortest.history, LOG_FLOOR) * WINDOW and not shortest_decided:
-        lengths = tuple(dict.fromkeys((*lengths, shortest.history)))
+        lengths.append(shortest.history)
+    lengths = tuple(dict.fromkeys(lengths))
     return LoadEstimate(
         shape=SearchShape.CROSSING,
         estimate=root,
