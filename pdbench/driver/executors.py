@@ -15,6 +15,7 @@ from __future__ import annotations
 import logging
 import os
 import subprocess
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -110,13 +111,23 @@ def max_requeues(cluster: ClusterConfig, points: int) -> int:
     return cluster.max_requeues or points or SUBMITIT_MAX_REQUEUES
 
 
+def visible_gpus(environ: Mapping[str, str] | None = None) -> tuple[int, ...]:
+    """The GPU indices the driver's ``CUDA_VISIBLE_DEVICES`` names, () when unset, empty or
+    not a list of indices (UUIDs: submitit's local executor takes indices only)."""
+    value = (os.environ if environ is None else environ).get("CUDA_VISIBLE_DEVICES", "")
+    parts = [p.strip() for p in value.split(",") if p.strip()]
+    if not parts or not all(p.isdigit() for p in parts):
+        return ()
+    return tuple(int(p) for p in parts)
+
+
 def make_executor(cluster: ClusterConfig, folder: Path, nodes: int, job_name: str, points: int = 0):
     """A submitit executor for ``cluster`` whose jobs span ``nodes`` plan nodes and measure
     at most ``points`` Points each (0: not Points, e.g. the transfer bench)."""
 
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
-    params = executor_parameters(cluster, nodes, job_name)
+    params = executor_parameters(cluster, nodes, job_name, visible_gpus())
     executor: Any
     if cluster.executor is ExecutorKind.slurm:
         executor = SlurmExecutor(folder=folder, python=cluster.python or None)

@@ -98,29 +98,48 @@ def slurm_parameters(cluster: ClusterConfig, nodes: int, job_name: str) -> dict[
     return params
 
 
-def local_parameters(cluster: ClusterConfig, nodes: int, job_name: str) -> dict[str, Any]:
-    """``submitit.LocalExecutor.update_parameters`` keywords: N tasks on this machine."""
+def local_parameters(
+    cluster: ClusterConfig, nodes: int, job_name: str, visible_gpus: tuple[int, ...] = ()
+) -> dict[str, Any]:
+    """``submitit.LocalExecutor.update_parameters`` keywords: N tasks on this machine.
+
+    submitit's local controller sets its tasks' ``CUDA_VISIBLE_DEVICES`` to the GPUs asked for,
+    and to none when none are: ``cluster.gpus_per_node`` of them, the first of ``visible_gpus``
+    (the driver's own ``CUDA_VISIBLE_DEVICES``) where it names some."""
     params: dict[str, Any] = {
         "name": job_name,
         "timeout_min": cluster.time_limit_min,
         "tasks_per_node": nodes,
         "signal_delay_s": signal_delay_s(cluster.time_limit_min, cluster.signal_delay_s),
     }
+    if cluster.gpus_per_node > 0:
+        params["gpus_per_node"] = cluster.gpus_per_node
+        if visible_gpus:
+            if len(visible_gpus) < cluster.gpus_per_node:
+                raise ValueError(
+                    f"cluster.gpus_per_node={cluster.gpus_per_node} but CUDA_VISIBLE_DEVICES "
+                    f"names {len(visible_gpus)} GPU(s) ({','.join(map(str, visible_gpus))}): "
+                    "set cluster.gpus_per_node to at most that, or make more GPUs visible"
+                )
+            params["visible_gpus"] = tuple(visible_gpus)
     setup = list(cluster.setup) + env_exports(dict(cluster.env))
     if setup:
         params["setup"] = setup
     return params
 
 
-def executor_parameters(cluster: ClusterConfig, nodes: int, job_name: str) -> dict[str, Any]:
-    """The ``update_parameters`` keywords of ``make_executor``'s executor for ``nodes`` nodes."""
+def executor_parameters(
+    cluster: ClusterConfig, nodes: int, job_name: str, visible_gpus: tuple[int, ...] = ()
+) -> dict[str, Any]:
+    """The ``update_parameters`` keywords of ``make_executor``'s executor for ``nodes`` nodes
+    (``visible_gpus``: the local executor's, ``local_parameters``)."""
     if nodes < 1:
         raise ValueError(f"a job needs at least one node, got nodes={nodes}")
     if cluster.executor is ExecutorKind.slurm:
         return slurm_parameters(cluster, nodes, job_name)
     if cluster.executor is ExecutorKind.debug:
         return {"name": job_name, "timeout_min": cluster.time_limit_min}
-    return local_parameters(cluster, nodes, job_name)
+    return local_parameters(cluster, nodes, job_name, visible_gpus)
 
 
 def submitit_command(folder: str | Path, python: str = "") -> str:

@@ -104,6 +104,44 @@ def test_local_parameters_run_one_task_per_plan_node() -> None:
     assert "nodes" not in params  # LocalExecutor accepts one node only
 
 
+def test_local_tasks_see_no_gpu_unless_the_cluster_asks_for_some() -> None:
+    """submitit's local controller hides every GPU from a job that asks for none: a local
+    run on a GPU machine must ask for ``cluster.gpus_per_node`` of them (the first device
+    run's transfer bench found "No CUDA GPUs are available" in its tasks)."""
+    cpu = executor_parameters(ClusterConfig(executor=ExecutorKind.local), nodes=2, job_name="j")
+    assert "gpus_per_node" not in cpu
+    gpu = ClusterConfig(executor=ExecutorKind.local, gpus_per_node=2)
+    assert executor_parameters(gpu, nodes=2, job_name="j")["gpus_per_node"] == 2
+    picked = executor_parameters(gpu, nodes=2, job_name="j", visible_gpus=(3, 5, 6))
+    assert picked["visible_gpus"] == (3, 5, 6)
+    with pytest.raises(ValueError, match="gpus_per_node=2 but CUDA_VISIBLE_DEVICES names 1"):
+        executor_parameters(gpu, nodes=1, job_name="j", visible_gpus=(4,))
+
+
+@pytest.mark.parametrize(
+    ("value", "indices"),
+    [("", ()), ("0", (0,)), ("2, 3", (2, 3)), ("GPU-90de326f", ()), ("0,GPU-1", ())],
+)
+def test_visible_gpus_reads_indices_only(value: str, indices: tuple[int, ...]) -> None:
+    assert executors.visible_gpus({"CUDA_VISIBLE_DEVICES": value}) == indices
+    assert executors.visible_gpus({}) == ()
+
+
+def _visible_devices() -> str:
+    import os
+
+    return os.environ.get("CUDA_VISIBLE_DEVICES", "<unset>")
+
+
+def test_a_local_job_gets_the_gpus_its_cluster_names(tmp_path: Path, monkeypatch) -> None:
+    """A real local job (no GPU needed: the variable is what the controller hands on)."""
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1,2")
+    for gpus, expected in ((2, "1,2"), (0, "")):
+        cluster = ClusterConfig(executor=ExecutorKind.local, gpus_per_node=gpus, time_limit_min=2)
+        executor = make_executor(cluster, tmp_path / f"sub{gpus}", nodes=1, job_name="j")
+        assert executor.submit(_visible_devices).result() == expected
+
+
 @pytest.mark.parametrize(("limit_min", "delay_s"), [(30, 120), (4, 120), (3, 90), (1, 30)])
 def test_signal_comes_before_the_limit_even_for_short_jobs(limit_min: int, delay_s: int) -> None:
     for cluster in (
