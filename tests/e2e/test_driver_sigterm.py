@@ -26,6 +26,7 @@ ARGS = [
     "workload.turns=2",
     "workload.repetitions=1",
     "launch.check_premises=false",  # one repetition: a pipeline test
+    "launch.preflight=false",  # not a preflight test (test_preflight.py, the smoke run)
     "server.base_port=8790",
     "server.side_channel_base_port=6080",
     "server.router_port=8690",

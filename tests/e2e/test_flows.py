@@ -23,7 +23,12 @@ FLOWS = ("agg", "recompute", "pull", "decode_first")
 def test_decode_first_takes_both_paths_and_matches_agg(tmp_path):
     run_dir = tmp_path / "run"
     # one repetition (the preset runs 3): a pipeline test, premises off
-    args = ["+experiment=flows", "workload.repetitions=1", "launch.check_premises=false"]
+    args = [
+        "+experiment=flows",
+        "workload.repetitions=1",
+        "launch.check_premises=false",
+        "launch.preflight=false",  # not a preflight test (test_preflight.py, the smoke run)
+    ]
     proc = run_pdbench([*args, f"dir={run_dir}"], 1500)
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
     points = load_points(run_dir)
@@ -58,6 +63,7 @@ def test_edited_histories_are_never_pulled_and_every_flow_matches_agg_in_chat_to
         "workload.concurrency=4",
         "workload.repetitions=1",  # a pipeline test (the preset runs 3): premises off
         "launch.check_premises=false",
+        "launch.preflight=false",  # not a preflight test (test_preflight.py, the smoke run)
     ]
     proc = run_pdbench(args, 2400)
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]

@@ -47,6 +47,7 @@ ARGS = [
     "workload.concurrency=2",
     "workload.repetitions=1",
     "launch.check_premises=false",  # one repetition: a pipeline test
+    "launch.preflight=false",  # not a preflight test (test_preflight.py, the smoke run)
 ]
 
 

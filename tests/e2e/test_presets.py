@@ -20,9 +20,19 @@ pytestmark = pytest.mark.e2e
 ANSWERED = {"crossing", "pull_faster_everywhere", "recompute_faster_everywhere"}
 
 
-def run_and_analyse(args: list[str], run_dir: Path, multirun: bool = False) -> dict:
-    proc = run_pdbench([*(["-m"] if multirun else []), *args, f"dir={run_dir}"], 1500)
+# The presets' runs skip the preflight, which has tests of its own (test_preflight.py, the
+# smoke run): ~20 s a job.
+NO_PREFLIGHT = "launch.preflight=false"
+
+
+def run_and_analyse(
+    args: list[str], run_dir: Path, multirun: bool = False, out: list | None = None
+) -> dict:
+    """Run ``args`` into ``run_dir`` and analyse it; ``out`` gets the run's process."""
+    proc = run_pdbench([*(["-m"] if multirun else []), *args, NO_PREFLIGHT, f"dir={run_dir}"], 1500)
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
+    if out is not None:
+        out.append(proc)
     analyse(run_dir, "-q")
     summary = json.loads((run_dir / "analysis" / "summary.json").read_text())
     assert summary["points"]["failed"] == 0, summary["points"]
@@ -93,7 +103,14 @@ def test_threshold_sweep_restarts_servers_per_value_and_names_the_best(tmp_path)
 
 
 @pytest.mark.slurm
-def test_placement_preset_compares_one_node_with_two(local_slurm, tmp_path):  # noqa: F811
+def test_placement_sweep_on_slurm_submits_both_jobs_first_and_compares_one_node_with_two(
+    local_slurm,  # noqa: F811
+    tmp_path,
+):
+    """A Hydra -m sweep on the local SLURM cluster submits every Deployment before following
+    any (the scheduler may run them side by side; ``status`` shows the whole sweep), and the
+    placement question compares its one-node and two-node Deployments."""
+    run_dir, out = tmp_path / "run", []
     summary = run_and_analyse(
         [
             "+experiment=placement",
@@ -104,9 +121,36 @@ def test_placement_preset_compares_one_node_with_two(local_slurm, tmp_path):  # 
             "workload.repetitions=1",
             "launch.check_premises=false",  # one repetition: a pipeline test
         ],
-        tmp_path / "run",
+        run_dir,
         multirun=True,
+        out=out,
     )
     (question,) = summary["questions"]["placement"]
     assert {p["placement"] for p in question["placements"]} == {"same_node", "cross_node"}
     assert "placement.png" in summary["plots"]
+    check_the_sweep_was_submitted_first(run_dir, out[0].stdout)
+
+
+def check_the_sweep_was_submitted_first(run_dir: Path, out: str) -> None:
+    """Both jobs went to SLURM before the driver followed either, and ``status`` shows them."""
+    submitted = [line for line in out.splitlines() if line.startswith("[pdbench] submitted ")]
+    assert len(submitted) == 2, out[-3000:]
+    assert out.index(submitted[1]) < out.index(" | job "), out[-3000:]
+    assert "[pdbench] sweep: 2 job(s) of 2 composition(s) submitted" in out
+    jobs = json.loads((run_dir / "manifest.json").read_text())["jobs"]
+    assert len(jobs) == 2 and all(j["job_id"].isdigit() for j in jobs)
+    points = [json.loads(p.read_text()) for p in (run_dir / "points").glob("*.json")]
+    assert {p["status"] for p in points} == {"ok"}
+    ends: dict[str, float] = {}
+    for p in points:
+        dep = p["deployment"]["deployment_id"]
+        ends[dep] = max(ends.get(dep, 0.0), p["finished_at"])
+    assert len(ends) == 2
+    # The second job went to SLURM before the first job's last Point was measured.
+    assert max(j["submitted_at"] for j in jobs) < min(ends.values())
+    status = run_pdbench(["status", f"dir={run_dir}"], timeout_s=120)
+    assert status.returncode == 0, status.stderr
+    for job in jobs:
+        mine = sum(p["deployment"]["deployment_id"] == job["deployment_id"] for p in points)
+        assert f"job {job['job_id']} ({job['deployment_id']})" in status.stdout
+        assert f"{mine} ok, 0 failed" in status.stdout, status.stdout

@@ -159,6 +159,8 @@ def test_a_time_limit_mid_sweep_requeues_and_the_rest_is_measured_once(
     # Points paced by seeded arrivals (3 turns of 2 requests, 0.25/s: ~8 s of waits each):
     # the 8 Points after the first outlast SLURM's next time-limit check (<= 30 s).
     paced = ["workload.turns=3", "workload.request_rate=0.25", "workload.seed=0"]
+    # The preflight of a requeued job is the scontrol test's (below); not this one's subject.
+    limit.append("launch.preflight=false")
     run = Run([*SWEEP, *paced, *limit, f"dir={run_dir}"], run_dir, tmp_path / "pdbench.log")
     run.wait_for_records(1, RUN_TIMEOUT_S)
     job = job_id(run_dir)

@@ -163,7 +163,8 @@ def sdk_conversations(url: str, model: str, tag: str) -> dict[tuple[int, int], s
 
 def test_third_party_clients_run_against_the_served_deployment(tmp_path):
     run_dir = tmp_path / "run"
-    served = Served(["+experiment=smoke", "flow=pull", f"dir={run_dir}"])
+    # the preflight has tests of its own (test_preflight.py, the smoke run)
+    served = Served(["+experiment=smoke", "flow=pull", "launch.preflight=false", f"dir={run_dir}"])
     try:
         url, model, flow = served.wait_for(SERVING, 900).groups()
         assert flow == "pull"

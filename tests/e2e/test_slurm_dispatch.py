@@ -107,6 +107,7 @@ def test_on_slurm_the_job_ran_the_dry_runs_spec_with_the_nodes_addresses(cross_n
 def test_scancel_mid_sweep_then_resume_records_every_point_once(local_slurm, tmp_path):  # noqa: F811
     run_dir = tmp_path / "run"
     args = [*CROSS, "workload.conversations=2", "workload.turns=2", f"dir={run_dir}"]
+    args.append("launch.preflight=false")  # the cross-node preflight: cross_node_run above
     proc = start_pdbench(args)
     deadline = time.monotonic() + 900
     while not list((run_dir / "points").glob("*.json")):
