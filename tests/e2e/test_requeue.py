@@ -141,27 +141,42 @@ def wait_for_restart(job: str, timeout_s: float) -> None:
         time.sleep(0.5)
 
 
-def test_a_time_limit_mid_sweep_requeues_and_the_rest_is_measured_once(
+def wait_for_attempt(run: Run, attempt: int, timeout_s: float) -> None:
+    """Until a Point of ``attempt`` is recorded."""
+    deadline = time.monotonic() + timeout_s
+    while not any(r.get("attempt") == attempt for r in run.records()):
+        assert run.proc.poll() is None, run.output()[-3000:]
+        assert time.monotonic() < deadline, f"no Point of attempt {attempt} in {timeout_s} s"
+        run.watch()
+        time.sleep(0.2)
+
+
+def test_a_time_limit_then_a_preemption_mid_sweep_and_the_rest_is_measured_once(
     local_slurm,  # noqa: F811
     tmp_path,
 ):
-    """The job is submitted with a 10-minute limit and USR2 120 s before it (what pdbench's
+    """Two requeues of one job, one pdbench command: attempt 0 reaches its time limit,
+    attempt 1 is preempted (``scontrol requeue``), attempt 2 measures the rest.
+
+    The job is submitted with a 10-minute limit and USR2 120 s before it (what pdbench's
     sbatch asks). Once attempt 0 has recorded a Point, the test brings the limit forward to
     the next whole minute at least 60 s away (``scontrol update TimeLimit``): SLURM, which
     checks time limits every 30 s, then finds the job inside its signal window and sends
-    USR2 itself, at least 30 s before the limit. Where the limit falls no longer depends on
-    how fast this machine starts servers (issue #23: 3 fixed minutes once left 2 Points an
-    attempt). Once SLURM has requeued the job, its limit goes back to 10 minutes for the
-    attempt that finishes the sweep."""
+    USR2 itself, at least 30 s before the limit (submitit's checkpoint). Where the limit
+    falls does not depend on how fast this machine starts servers (issue #23: 3 fixed
+    minutes once left 2 Points an attempt). Once SLURM has requeued the job its limit goes
+    back to 10 minutes; once attempt 1 has recorded a Point, ``scontrol requeue`` preempts
+    it. The requeued job's preflight is the cross-node run's subject (test_slurm_dispatch),
+    not this one's."""
     run_dir = tmp_path / "run"
     limit_min = 10
     limit = [f"cluster.time_limit_min={limit_min}", "cluster.signal_delay_s=120"]
     # Points paced by seeded arrivals (3 turns of 2 requests, 0.25/s: ~8 s of waits each):
-    # the 8 Points after the first outlast SLURM's next time-limit check (<= 30 s).
+    # the 8 Points after the first outlast SLURM's next time-limit check (<= 30 s) and leave
+    # attempt 1 Points to be preempted in.
     paced = ["workload.turns=3", "workload.request_rate=0.25", "workload.seed=0"]
-    # The preflight of a requeued job is the scontrol test's (below); not this one's subject.
-    limit.append("launch.preflight=false")
-    run = Run([*SWEEP, *paced, *limit, f"dir={run_dir}"], run_dir, tmp_path / "pdbench.log")
+    args = [*SWEEP, *paced, *limit, "launch.preflight=false", f"dir={run_dir}"]
+    run = Run(args, run_dir, tmp_path / "pdbench.log")
     run.wait_for_records(1, RUN_TIMEOUT_S)
     job = job_id(run_dir)
     try:
@@ -171,43 +186,25 @@ def test_a_time_limit_mid_sweep_requeues_and_the_rest_is_measured_once(
         print(f"\ntime limit {limit_min} -> {brought_forward} min after {ran_s} s")
         wait_for_restart(job, 300)
         set_time_limit(job, limit_min)  # the requeued attempt: the submitted limit again
+        wait_for_attempt(run, 1, RUN_TIMEOUT_S)
+        subprocess.run(["scontrol", "requeue", job], check=True, timeout=30)  # a preemption
     except BaseException:
         subprocess.run(["scancel", job], timeout=30)  # never leave it holding the nodes
         raise
     took = run.finish()
     output = run.output()
-    print(f"time limit + requeue: pdbench ran {took:.0f} s")
+    print(f"time limit + preemption: pdbench ran {took:.0f} s")
     assert run.proc.returncode == 0, output[-4000:]
     records = check_every_point_measured_once(run)
     attempts = sorted(r["attempt"] for r in records)
     print(f"Points per attempt: {[attempts.count(a) for a in sorted(set(attempts))]}")
-    assert attempts[0] == 0 and attempts[-1] == 1, attempts  # cut mid-sweep, then resumed
+    assert set(attempts) == {0, 1, 2}, attempts  # cut twice mid-sweep, then finished
     assert {r["job_id"] for r in records} == {job}  # SLURM restarted the same job
-    assert restarts(job) == attempts[-1]
+    assert restarts(job) == 2
     log = (run_dir / "submitit" / f"{job}_0_log.out").read_text(errors="replace")
     assert log.count("this job is timed-out") == 1  # submitit's USR2 handler, attempt 0
     assert "checkpointed; the requeued job starts the servers again" in log
-    assert f"job {job} restarted by SLURM (restart 1)" in output
+    for restart in (1, 2):
+        assert f"job {job} restarted by SLURM (restart {restart})" in output
     assert "skipping" in output and "Point(s) recorded ok" in output
-
-
-def test_scontrol_requeue_mid_sweep_brings_the_job_back_to_finish_the_rest(
-    local_slurm,  # noqa: F811
-    tmp_path,
-):
-    run_dir = tmp_path / "run"
-    run = Run([*SWEEP, "workload.turns=2", f"dir={run_dir}"], run_dir, tmp_path / "pdbench.log")
-    run.wait_for_records(2, RUN_TIMEOUT_S)
-    job = job_id(run_dir)
-    subprocess.run(["scontrol", "requeue", job], check=True, timeout=30)  # as a preemption
-    took = run.finish()
-    output = run.output()
-    print(f"\nscontrol requeue: pdbench ran {took:.0f} s")
-    assert run.proc.returncode == 0, output[-4000:]
-    records = check_every_point_measured_once(run)
-    attempts = sorted(r["attempt"] for r in records)
-    print(f"Points per attempt: {[attempts.count(a) for a in sorted(set(attempts))]}")
-    assert attempts[0] == 0 and attempts[-1] == 1, attempts
-    assert restarts(job) == 1
-    assert f"job {job} restarted by SLURM (restart 1)" in output
     assert "PENDING (BeginTime)" in output  # the driver said why it waits
