@@ -90,6 +90,20 @@ class WandbTracker(Tracker):
         self.cfg = cfg
         self.run_dir = Path(run_dir)
         self.run_name = run_name
+        self.logged = False
+
+    def close(self) -> None:
+        """Wait until W&B has written every run: ``run.finish()`` returns before its
+        service has put the last records (the summary among them) in the offline run's
+        ``.wandb`` file, and a job's task may end before wandb's own atexit hook runs."""
+        if not self.logged:
+            return
+        import wandb
+
+        try:
+            wandb.teardown()
+        except (Exception, SystemExit) as exc:  # reporting must not fail a measured job
+            print(f"[pdbench] W&B teardown failed: {exc!r}")
 
     def log_point(self, point_result: dict[str, Any], config: dict[str, Any]) -> None:
         try:
@@ -100,6 +114,7 @@ class WandbTracker(Tracker):
     def _log(self, point: dict[str, Any], config: dict[str, Any]) -> None:
         import wandb  # lazy: wandb (~1 s) only when a Point is logged
 
+        self.logged = True
         self.run_dir.mkdir(parents=True, exist_ok=True)
         run_config = {
             **config,
