@@ -170,3 +170,24 @@ def test_none_backend_reports_nothing(tmp_path):
     tracker.log_point(synthetic_point().to_dict(), {})
     tracker.close()
     assert list(tmp_path.iterdir()) == []
+
+
+def test_close_returns_once_w_and_b_has_written_everything(wandb_env):
+    """``run.finish()`` returns before W&B's service has written the run's last records (a
+    fresh-clone run once read the .wandb file 7 ms too early: no summary in it); the
+    tracker's close waits for the service to end, so what it wrote is whole."""
+    import psutil
+
+    def services() -> list[str]:
+        children = psutil.Process().children(recursive=True)
+        return [" ".join(p.cmdline()) for p in children if "wandb" in " ".join(p.cmdline())]
+
+    run_dir = wandb_env / "run"
+    tracker = make_tracker(TrackingConfig(backend=TrackingBackend.wandb), run_dir, "run")
+    tracker.log_point(synthetic_point().to_dict(), {"name": "run"})
+    assert services(), "no W&B service process: nothing to wait for"
+    tracker.close()
+    assert services() == []
+    (log,) = run_dir.glob("wandb/offline-run-*/*.wandb")
+    summary, _ = summary_and_config(log)
+    assert summary["ttft_ms/p50"] == 12.5 and summary["status"] == "ok"
