@@ -98,7 +98,7 @@ class WandbTracker(Tracker):
         ``.wandb`` file, and a job's task may end before wandb's own atexit hook runs."""
         if not self.logged:
             return
-        import wandb
+        import wandb  # lazy: a tracker that logged a Point has wandb imported already
 
         try:
             wandb.teardown()
