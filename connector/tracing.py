@@ -23,12 +23,15 @@ vLLM imports this module itself, so vLLM is imported at module level here (and o
 from __future__ import annotations
 
 import logging
+import os
 
+from vllm.distributed import nixl_utils
 from vllm.distributed.kv_transfer.kv_connector.v1.nixl.connector import (
     NixlConnector as _VllmNixlConnector,
 )
 
 from connector.core_binding import CoreBinding, restore
+from connector.nixl_progress import agent_progress_delay, describe, progress_delay_us
 from connector.transfer_trace import install_tracer, trace_settings
 
 logger = logging.getLogger("vllm.pdbench.connector")  # vLLM configures the "vllm" tree
@@ -39,11 +42,14 @@ class NixlConnector(_VllmNixlConnector):
 
     def __init__(self, vllm_config, role, kv_cache_config=None):
         binding = CoreBinding.capture()
-        super().__init__(vllm_config, role, kv_cache_config)
+        delay_us = progress_delay_us(os.environ, vllm_config.device_config.device_type == "cpu")
+        with agent_progress_delay(nixl_utils.NixlWrapper, delay_us) as delay_set:
+            super().__init__(vllm_config, role, kv_cache_config)
         if self.connector_worker is not None:
             restored = restore(binding)
             if restored is not None:
                 logger.info("pdbench: %s", restored.describe())
+            logger.info("pdbench: %s", describe(delay_us if delay_set else None))
         trace_dir, instance_role = trace_settings(vllm_config)
         self.tracer = None
         if trace_dir and self.connector_worker is not None:

@@ -39,6 +39,7 @@ PLUGIN = {
     "connector.transfer_trace",
     "connector.request_timing",
     "connector.core_binding",
+    "connector.nixl_progress",
     "connector.kv_params_service",
 }
 CONNECTOR_SHARED = {"connector.layout", "connector.shared_files", "connector.process_env"}
