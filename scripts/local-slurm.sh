@@ -110,6 +110,9 @@ ProctrackType=proctrack/linuxproc
 TaskPlugin=task/none
 SwitchType=switch/none
 SchedulerType=sched/backfill
+# Backfill every 2 s (default 30): a requeued job, eligible again after cred_expire, starts
+# within seconds instead of at the next 30-s pass.
+SchedulerParameters=bf_interval=2
 SelectType=select/cons_tres
 SelectTypeParameters=CR_Core
 ReturnToService=2
