@@ -13,6 +13,10 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 SERVER_MODULE = "vllm.entrypoints.openai.api_server"
+# Runs that are not about the preflight skip it (~20 s a job: vLLM imported with the
+# connector plugin, then a transfer in two more processes); it has tests of its own
+# (test_preflight.py), and the smoke, traced, cross-node and hetero-TP runs keep it.
+NO_PREFLIGHT = "launch.preflight=false"
 
 
 def run_pdbench(args: list[str], timeout_s: float = 1500) -> subprocess.CompletedProcess:
@@ -72,6 +76,24 @@ def kill_processes_under(root: Path) -> list[int]:
     return found
 
 
+def processes_under(root: Path) -> list[str]:
+    """Every live process started for a run under ``root`` (its path in the command line or
+    in ``PDBENCH_RUN_DIR``): the job's controller and tasks, servers, the router."""
+    import psutil
+
+    prefix, found = f"{root}{os.sep}", []
+    for proc in psutil.process_iter(["pid", "cmdline", "status"]):
+        try:
+            if proc.info["status"] == psutil.STATUS_ZOMBIE:
+                continue
+            cmd = " ".join(proc.info.get("cmdline") or [])
+            if prefix in cmd or proc.environ().get("PDBENCH_RUN_DIR", "").startswith(prefix):
+                found.append(f"{proc.info['pid']}: {cmd[:160]}")
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            continue
+    return found
+
+
 @pytest.fixture(autouse=True)
 def _leave_no_processes(tmp_path: Path):
     """After each test, kill what its runs left running: a test that fails mid-run (its
@@ -104,51 +126,35 @@ def outputs_by_turn(run_dir: Path, point: dict) -> dict[tuple[int, int], list[in
     return {(r["conversation"], r["turn"]): r["output_token_ids"] for r in recs}
 
 
-@pytest.fixture(scope="session")
-def smoke_run(tmp_path_factory) -> tuple[Path, subprocess.CompletedProcess]:
-    """``python -m pdbench +experiment=smoke`` into a fresh run dir, as `make demo` runs it."""
-    run_dir = tmp_path_factory.mktemp("smoke") / "run"
-    proc = run_pdbench(["+experiment=smoke", f"dir={run_dir}"])
-    if proc.returncode != 0:
-        pytest.fail(
-            f"smoke run failed ({proc.returncode}):\n{proc.stdout[-4000:]}\n{proc.stderr[-4000:]}"
-        )
-    return run_dir, proc
-
-
-# The P/D flows of the smoke preset, every NIXL transfer traced, on ports other than the
-# defaults: one run that test_tracing.py (every transfer traced) and test_launch_spec.py (the
-# job ran the spec its dry run printed) both read.
-TRACED_PD = [
-    "+experiment=smoke",
-    "workload.repetitions=1",
-    "launch.check_premises=false",  # one repetition: a pipeline test
-    "flow=pd",
-    "connector.trace=true",
-    "workload.conversations=2",
-    "workload.concurrency=2",
-    "workload.turns=2",
-    "server.base_port=8740",
-    "server.side_channel_base_port=5940",
-    "server.router_port=8640",
-]
+# `make demo`'s run (``+experiment=smoke``) with every NIXL transfer traced (one line per
+# transfer, connector/tracing.py): one run for the pipeline's tests and the tracing's.
+SMOKE = ["+experiment=smoke", "connector.trace=true"]
 
 
 @pytest.fixture(scope="session")
-def traced_pd_run(
+def smoke_dry_and_real(
     tmp_path_factory,
 ) -> tuple[Path, subprocess.CompletedProcess, subprocess.CompletedProcess]:
-    """The dry run, then the real run, of ``TRACED_PD`` into one fresh run dir."""
-    run_dir = tmp_path_factory.mktemp("traced_pd") / "run"
-    dry = run_pdbench([*TRACED_PD, f"dir={run_dir}", "launch.dry_run=true"], timeout_s=300)
+    """``SMOKE`` into a fresh run dir, its dry run printed first for the same config and run
+    dir: the run test_smoke.py, test_tracing.py, test_launch_spec.py and the report test
+    read."""
+    run_dir = tmp_path_factory.mktemp("smoke") / "run"
+    args = [*SMOKE, f"dir={run_dir}"]
+    dry = run_pdbench([*args, "launch.dry_run=true"], timeout_s=300)
     if dry.returncode != 0:
         pytest.fail(f"dry run failed ({dry.returncode}):\n{dry.stderr[-3000:]}")
-    if (run_dir / "points").exists():
-        pytest.fail("the dry run measured something")
-    real = run_pdbench([*TRACED_PD, f"dir={run_dir}"])
+    if run_dir.exists():
+        pytest.fail("the dry run wrote into the run dir")
+    real = run_pdbench(args)
     if real.returncode != 0:
         pytest.fail(
-            f"traced P/D run failed ({real.returncode}):\n{real.stdout[-4000:]}\n"
-            + real.stderr[-4000:]
+            f"smoke run failed ({real.returncode}):\n{real.stdout[-4000:]}\n{real.stderr[-4000:]}"
         )
     return run_dir, dry, real
+
+
+@pytest.fixture(scope="session")
+def smoke_run(smoke_dry_and_real) -> tuple[Path, subprocess.CompletedProcess]:
+    """The smoke run and its process."""
+    run_dir, _, real = smoke_dry_and_real
+    return run_dir, real

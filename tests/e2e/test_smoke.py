@@ -6,8 +6,10 @@ import json
 
 import pytest
 
+from connector.nixl_progress import CPU_DELAY_US
 from pdbench.results.store import TTFT_SPLIT_PARTS
 from tests.e2e.conftest import (
+    SMOKE,
     all_points,
     load_points,
     outputs_by_turn,
@@ -118,13 +120,16 @@ def test_greedy_outputs_of_pd_flows_equal_agg(smoke_run):
 
 def test_each_server_computes_on_its_own_cores(smoke_run):
     """vLLM-CPU's NIXL worker moves the forward-pass thread to the host's last core; the
-    plugin moves it back, so P and D do not share one core (connector/core_binding.py)."""
+    plugin moves it back, so P and D do not share one core (connector/core_binding.py), and
+    gives NIXL's progress thread a poll timeout (connector/nixl_progress.py)."""
     run_dir, _ = smoke_run
     points = load_points(run_dir)
     dep = points["pull"]["deployment"]
     for inst in dep["instances"]:
         log = (run_dir / "logs" / dep["deployment_id"] / f"{inst['name']}.log").read_text()
         assert f"pdbench: worker thread on cores {sorted(inst['cpus'])}" in log, inst["name"]
+        # ... and NIXL's progress thread sleeps in poll instead of spinning on them
+        assert f"pdbench: NIXL progress thread polls with a {CPU_DELAY_US} us timeout" in log
     cores = [tuple(i["cpus"]) for i in dep["instances"]]
     assert len(set(cores)) == len(cores), cores
 
@@ -137,7 +142,7 @@ def test_teardown_leaves_no_server_behind(smoke_run):
 def test_rerun_skips_points_recorded_ok(smoke_run):
     run_dir, _ = smoke_run
     before = {p.name: p.stat().st_mtime_ns for p in (run_dir / "points").glob("*.json")}
-    proc = run_pdbench(["+experiment=smoke", f"dir={run_dir}"], timeout_s=300)
+    proc = run_pdbench([*SMOKE, f"dir={run_dir}"], timeout_s=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "already recorded ok" in proc.stdout
     after = {p.name: p.stat().st_mtime_ns for p in (run_dir / "points").glob("*.json")}
