@@ -9,6 +9,8 @@ import pytest
 from connector.nixl_progress import CPU_DELAY_US, agent_progress_delay, progress_delay_us
 from connector.process_env import NIXL_PROGRESS_DELAY_ENV
 
+pytestmark = pytest.mark.unit
+
 
 def test_cpu_servers_get_a_timeout_gpu_servers_keep_nixls_busy_loop():
     assert progress_delay_us({}, on_cpu=True) == CPU_DELAY_US > 0
