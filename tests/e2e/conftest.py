@@ -15,7 +15,7 @@ REPO = Path(__file__).resolve().parents[2]
 SERVER_MODULE = "vllm.entrypoints.openai.api_server"
 # Runs that are not about the preflight skip it (~20 s a job: vLLM imported with the
 # connector plugin, then a transfer in two more processes); it has tests of its own
-# (test_preflight.py), and the smoke, traced, cross-node and hetero-TP runs keep it.
+# (test_preflight.py), and the smoke run, the hetero-TP run and the cross-node rerun keep it.
 NO_PREFLIGHT = "launch.preflight=false"
 
 

@@ -1,7 +1,7 @@
 """What the dry run prints is what the job runs: the smoke run (`make demo`: vLLM-CPU P and
 D, every flow, every transfer traced) and its dry run, for the same config and run dir
 (conftest's ``smoke_dry_and_real``). On SLURM the same check reads the cross-node run of
-test_slurm_dispatch.py."""
+test_slurm_runs.py."""
 
 from __future__ import annotations
 
