@@ -11,7 +11,9 @@ a second each), so every prefill and decode shared its core with a thread that d
 On CPU platforms the connector therefore builds its agent with a poll timeout of
 ``CPU_DELAY_US`` (the thread sleeps in ``poll`` until a socket is ready or the timeout ends);
 ``$PDBENCH_NIXL_PROGRESS_DELAY_US`` sets another value (0: NIXL's own busy loop), on GPUs
-too. The server log says which was used.
+too. pdbench's launch spec sets that variable for every CPU P/D server, so the value is in
+the spec (and the dry run) as well as the server log; the default here is for servers
+started with the plugin by other means.
 """
 
 from __future__ import annotations

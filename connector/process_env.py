@@ -10,6 +10,5 @@ KV_PARAMS_ADDR_ENV = "PDBENCH_KV_PARAMS_ADDR"  # host:port where D's plugin serv
 TRACE_DIR_ENV = "PDBENCH_TRACE_DIR"  # where the tracer writes one line per transfer
 TIMING_DIR_ENV = "PDBENCH_TIMING_DIR"  # where the plugin times each request (request_timing)
 ROLE_ENV = "PDBENCH_ROLE"  # prefill | decode: traces name the direction (P<-D, D<-P)
-NIXL_PROGRESS_DELAY_ENV = (
-    "PDBENCH_NIXL_PROGRESS_DELAY_US"  # NIXL progress poll timeout (nixl_progress)
-)
+# NIXL progress thread's poll timeout in microseconds (nixl_progress)
+NIXL_PROGRESS_DELAY_ENV = "PDBENCH_NIXL_PROGRESS_DELAY_US"

@@ -9,11 +9,20 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from connector.process_env import KV_PARAMS_ADDR_ENV, ROLE_ENV, TRACE_DIR_ENV
+from connector.nixl_progress import CPU_DELAY_US
+from connector.process_env import (
+    KV_PARAMS_ADDR_ENV,
+    NIXL_PROGRESS_DELAY_ENV,
+    ROLE_ENV,
+    TRACE_DIR_ENV,
+)
 from pdbench.plan.deployments import Deployment, Instance
 from pdbench.spec.vllm_install import VllmInstall, server_entrypoint
 
 PLUGIN_MODULE = "connector.vllm_plugin"
+# vLLM's switch for its engine-core process; on vLLM-CPU "0" also lets a TP 1 server run its
+# worker inside the engine core (vLLM's UniProcExecutor, as on GPUs) instead of a third process.
+VLLM_MULTIPROCESSING_ENV = "VLLM_ENABLE_V1_MULTIPROCESSING"
 
 
 def kv_transfer_config(deployment: Deployment) -> dict[str, Any]:
@@ -126,7 +135,14 @@ def serve_env(
 ) -> dict[str, str]:
     """Environment variables of one instance (added to the job's own environment);
     ``kv_params_addr`` (``host:port``, decode instances) is where its plugin serves its
-    KV-transfer params, "" for none."""
+    KV-transfer params, "" for none.
+
+    On CPU, besides cores and threads, two choices the launch spec shows (``server.env``
+    overrides either): a TP 1 server runs its worker inside its engine core process
+    (``VLLM_ENABLE_V1_MULTIPROCESSING=0``: vLLM's one-process executor, which vLLM uses for
+    TP 1 on GPUs and vLLM-CPU otherwise replaces by a worker process, one vLLM import more
+    per start: ~11 s on a 2-core host, same greedy tokens); and NIXL's progress thread
+    polls with a timeout instead of spinning (``connector/nixl_progress.py``)."""
     server = deployment.server
     transport = deployment.transport
     env: dict[str, str] = {
@@ -142,12 +158,16 @@ def serve_env(
         env["VLLM_CPU_KVCACHE_SPACE"] = str(server.cpu_kvcache_space_gb)
         env["VLLM_CPU_OMP_THREADS_BIND"] = omp_threads_bind(instance)
         env["OMP_NUM_THREADS"] = str(len(instance.rank_cpus()[0]))  # threads of one rank
+        if instance.tp == 1:
+            env[VLLM_MULTIPROCESSING_ENV] = "0"  # its worker in the engine core process
     if transport.ucx_tls:
         env["UCX_TLS"] = transport.ucx_tls
     if transport.ucx_net_devices:
         env["UCX_NET_DEVICES"] = transport.ucx_net_devices
     if instance.role != "mixed":
         env["UCX_PROTO_INFO"] = "y"  # the transports UCX picks go to the log (ucx_proto.py)
+        if not instance.gpus:  # NIXL's progress thread polls, not spins (nixl_progress.py)
+            env[NIXL_PROGRESS_DELAY_ENV] = str(CPU_DELAY_US)
         if kv_params_addr:
             env[KV_PARAMS_ADDR_ENV] = kv_params_addr
         if deployment.connector.trace:

@@ -2,7 +2,8 @@ import json
 
 import pytest
 
-from pdbench.config.schema import Flow
+from connector.nixl_progress import CPU_DELAY_US
+from pdbench.config.schema import Flow, RoleSpec
 from pdbench.plan.deployments import make_plan
 from pdbench.spec.serve_command import kv_transfer_config, serve_command, serve_env
 from tests.unit.helpers import cpu_run, gpu_run
@@ -36,6 +37,32 @@ def test_cpu_prefill_command_and_env():
     assert d_env["PDBENCH_KV_PARAMS_ADDR"] == "127.0.0.1:5727"
     assert "PDBENCH_KV_PARAMS_ADDR" not in env  # P's params come in its own response
     assert "CUDA_VISIBLE_DEVICES" not in env
+    # What the servers run with is in the spec: TP 1 workers inside the engine core, the
+    # NIXL progress thread's poll timeout (connector/nixl_progress.py).
+    for e in (env, d_env):
+        assert e["VLLM_ENABLE_V1_MULTIPROCESSING"] == "0"
+        assert e["PDBENCH_NIXL_PROGRESS_DELAY_US"] == str(CPU_DELAY_US)
+
+
+def test_cpu_overrides_of_the_process_choices_win():
+    cfg = cpu_run()
+    cfg.server.env = {"VLLM_ENABLE_V1_MULTIPROCESSING": "1", "PDBENCH_NIXL_PROGRESS_DELAY_US": "0"}
+    dep = make_plan(cfg).deployments[0]
+    env = serve_env(dep, dep.instances[0], "h", "", "/tr")
+    assert env["VLLM_ENABLE_V1_MULTIPROCESSING"] == "1"
+    assert env["PDBENCH_NIXL_PROGRESS_DELAY_US"] == "0"
+
+
+def test_an_agg_instance_has_no_nixl_agent_to_tune():
+    cfg = cpu_run()
+    cfg.topology.prefill, cfg.topology.decode = RoleSpec(0, 1), RoleSpec(0, 1)
+    cfg.topology.agg = RoleSpec(1, 1)
+    cfg.flow.flows = [Flow.agg]
+    dep = make_plan(cfg).deployments[0]
+    (agg,) = dep.instances
+    env = serve_env(dep, agg, "h", "", "/tr")
+    assert "PDBENCH_NIXL_PROGRESS_DELAY_US" not in env
+    assert env["VLLM_ENABLE_V1_MULTIPROCESSING"] == "0"
 
 
 def test_cpu_tp2_binds_each_rank_and_threads_per_rank():
@@ -49,6 +76,7 @@ def test_cpu_tp2_binds_each_rank_and_threads_per_rank():
     assert env["VLLM_CPU_OMP_THREADS_BIND"] == "2,3|4,5"  # vLLM splits ranks on '|'
     assert env["OMP_NUM_THREADS"] == "2"  # per rank
     assert env["VLLM_NIXL_SIDE_CHANNEL_PORT"] == str(d.side_channel_port)
+    assert "VLLM_ENABLE_V1_MULTIPROCESSING" not in env  # TP 2: a worker process per rank
     assert _flag(serve_command(dep, d, "/m", "h", "python"), "--tensor-parallel-size") == "2"
     assert serve_env(dep, p, "h", "/kv", "/tr")["VLLM_CPU_OMP_THREADS_BIND"] == "0,1"
 
@@ -94,6 +122,10 @@ def test_gpu_rdma_heterogeneous_tp():
     assert env["UCX_TLS"] == "rc,cuda_copy"
     assert env["VLLM_NIXL_SIDE_CHANNEL_HOST"] == "10.0.0.5"
     assert json.loads(_flag(cmd, "--kv-transfer-config"))["kv_buffer_device"] == "cuda"
+    for inst in (p, d):  # GPUs: vLLM's own process layout and NIXL's own progress loop
+        env = serve_env(dep, inst, "10.0.0.5", "/kv", "/tr")
+        assert "VLLM_ENABLE_V1_MULTIPROCESSING" not in env
+        assert "PDBENCH_NIXL_PROGRESS_DELAY_US" not in env
 
 
 def test_each_instance_gets_its_own_vllm_port_range():
