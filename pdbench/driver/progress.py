@@ -94,27 +94,42 @@ def queue_line(job_id: str, rows: list[str]) -> str | None:
     return text
 
 
+def left_the_queue(job_ids: set[str], rows: list[str]) -> set[str]:
+    """The jobs of ``job_ids`` that ``squeue`` rows (``%i|...``) no longer list: ended (squeue
+    lists pending, running and completing jobs only)."""
+    listed = {row.split("|", 1)[0] for row in rows if "|" in row}
+    return {job_id for job_id in job_ids if job_id not in listed}
+
+
 class QueueWatch:
     """Asks squeue about the followed SLURM jobs, once every QUEUE_POLL_S for all of them (one
     query of the queue, not one per job); ``poll`` returns a line per job that waits in the
-    queue and whose line changed (or QUEUE_REPEAT_S went by)."""
+    queue and whose line changed (or QUEUE_REPEAT_S went by), and keeps in ``gone`` the jobs
+    the queue no longer lists, so that a job that ended without a result (``scancel``, a
+    node failure) is looked at now rather than at submitit's next state query (up to a
+    minute later)."""
 
     def __init__(self, job_ids: list[str]) -> None:
         self.job_ids = job_ids
         self.next_poll = 0.0
         self.said: dict[str, tuple[str, float]] = {}
         self.squeue = shutil.which("squeue") is not None
+        self.gone: set[str] = set()
 
     def poll(self, waiting: set[str]) -> list[str]:
         now = time.monotonic()
+        self.gone = set()
         if not self.squeue or not waiting or now < self.next_poll:
             return []
         self.next_poll = now + QUEUE_POLL_S
         try:
-            out = subprocess.run(SQUEUE, capture_output=True, text=True, timeout=30).stdout
+            done = subprocess.run(SQUEUE, capture_output=True, text=True, timeout=30)
         except (OSError, subprocess.SubprocessError):
             return []
-        rows = out.splitlines()
+        if done.returncode != 0:
+            return []
+        rows = done.stdout.splitlines()
+        self.gone = left_the_queue(waiting, rows)
         lines = []
         for job_id in self.job_ids:
             line = queue_line(job_id, rows) if job_id in waiting else None
@@ -151,6 +166,9 @@ def follow_all(
         done = {i: job.done() for i, job in enumerate(jobs) if outcomes[i] is None}
         for line in queue.poll({str(jobs[i].job_id) for i, ended in done.items() if not ended}):
             say(line)
+        for i in done:
+            if str(jobs[i].job_id) in queue.gone:  # SLURM's word, not submitit's cached one
+                done[i] = jobs[i].done(force_check=True)
         for i, finished in done.items():
             job = jobs[i]
             who = f"job {job.job_id} " if len(jobs) > 1 else ""

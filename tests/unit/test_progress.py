@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from jobs.serving.server import ServerProcess, ServerStartError, startup_line, wait_all_ready
-from pdbench.driver.progress import _new_lines, queue_line
+from pdbench.driver.progress import _new_lines, left_the_queue, queue_line
 
 pytestmark = pytest.mark.unit
 
@@ -34,6 +34,13 @@ def test_a_pending_job_says_state_reason_and_place_in_its_partition():
         queue_line("12", requeued)
         == "job 12 PENDING (BeginTime), 1st of 1 pending in partition pdbench"
     )
+
+
+def test_a_job_the_queue_no_longer_lists_has_ended():
+    # Looked at at once (scancel'led, failed): submitit's own state query may be a minute off.
+    assert left_the_queue({"7", "9_1", "99", "9_2"}, ROWS) == {"99", "9_2"}
+    assert left_the_queue({"7"}, []) == {"7"}
+    assert left_the_queue(set(), ROWS) == set()
 
 
 def test_a_log_that_starts_again_is_read_from_its_start(tmp_path):
