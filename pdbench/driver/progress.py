@@ -117,8 +117,10 @@ class QueueWatch:
         self.gone: set[str] = set()
 
     def poll(self, waiting: set[str]) -> list[str]:
+        """``waiting``: the ids of the followed jobs not seen ended (local ones are skipped)."""
         now = time.monotonic()
         self.gone = set()
+        waiting = waiting & set(self.job_ids)
         if not self.squeue or not waiting or now < self.next_poll:
             return []
         self.next_poll = now + QUEUE_POLL_S
@@ -168,7 +170,7 @@ def follow_all(
             say(line)
         for i in done:
             if str(jobs[i].job_id) in queue.gone:  # SLURM's word, not submitit's cached one
-                done[i] = jobs[i].done(force_check=True)
+                done[i] = done_now(jobs[i])
         for i, finished in done.items():
             job = jobs[i]
             who = f"job {job.job_id} " if len(jobs) > 1 else ""
@@ -184,6 +186,14 @@ def follow_all(
         if all(o is not None for o in outcomes):
             return [o for o in outcomes if o is not None]
         time.sleep(poll_s)
+
+
+def done_now(job: SlurmJob) -> bool:
+    """Whether ``job`` ended, from a state query made now: submitit's ``done(force_check=
+    True)`` does not force it for a job of several tasks (it asks each task's own view,
+    which reads the watcher's cache)."""
+    job.watcher.update_if_long_enough(mode="force")
+    return job.done()
 
 
 def _cancel_rest(jobs: list, outcomes: list) -> None:

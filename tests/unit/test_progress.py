@@ -4,12 +4,15 @@ in the queue (state, reason, place), a job log that starts again after a requeue
 from __future__ import annotations
 
 import socket
+import subprocess
 import sys
 
 import pytest
 
 from jobs.serving.server import ServerProcess, ServerStartError, startup_line, wait_all_ready
-from pdbench.driver.progress import _new_lines, left_the_queue, queue_line
+from pdbench.driver import progress
+from pdbench.driver.executors import SlurmJob, SlurmStateWatcher
+from pdbench.driver.progress import _new_lines, done_now, left_the_queue, queue_line
 
 pytestmark = pytest.mark.unit
 
@@ -41,6 +44,56 @@ def test_a_job_the_queue_no_longer_lists_has_ended():
     assert left_the_queue({"7", "9_1", "99", "9_2"}, ROWS) == {"99", "9_2"}
     assert left_the_queue({"7"}, []) == {"7"}
     assert left_the_queue(set(), ROWS) == set()
+
+
+def test_only_slurm_jobs_are_looked_for_in_the_queue(monkeypatch):
+    # A local job (its id a pid) is never in squeue: it must not count as gone, nor make a
+    # local run ask squeue at all.
+    asked = []
+
+    def squeue(cmd, **kwargs):
+        asked.append(cmd)
+        return subprocess.CompletedProcess(cmd, 0, stdout=listing, stderr="")
+
+    monkeypatch.setattr(progress.subprocess, "run", squeue)
+    watch = progress.QueueWatch(["123"])
+    watch.squeue = True
+    listing = "123|RUNNING|None|pdbench|1\n"
+    assert watch.poll({"123", "4567"}) == [] and watch.gone == set()
+    listing, watch.next_poll = "", 0.0
+    watch.poll({"123", "4567"})
+    assert watch.gone == {"123"}
+    local = progress.QueueWatch([])
+    local.squeue = True
+    asked.clear()
+    assert local.poll({"4567"}) == [] and local.gone == set() and asked == []
+
+
+class SqueueSays(SlurmStateWatcher):
+    """The job-state watcher pdbench's SLURM jobs use, reading a fixed ``squeue`` answer."""
+
+    def __init__(self) -> None:
+        super().__init__(delay_s=60)
+        self.source = "squeue"
+        self.state = "RUNNING"
+
+    def _make_command(self) -> list[str]:
+        return ["echo", f"123|{self.state}|node[1-2]"]
+
+
+def test_a_job_of_two_tasks_that_left_the_queue_is_seen_ended_now(tmp_path, monkeypatch):
+    # The chain of e2e test_slurm_runs.py: scancel'led, its two tasks gone within a second,
+    # yet the driver said so ~55 s later. submitit's done(force_check=True) asks each task's
+    # own view, which reads the watcher's cache; done_now queries SLURM first.
+    watcher = SqueueSays()
+    monkeypatch.setattr(SlurmJob, "watcher", watcher)
+    job = SlurmJob(folder=tmp_path, job_id="123", tasks=(0, 1))
+    assert not job.done(force_check=True)  # running
+    watcher._start_time -= 1000  # submitted long ago: submitit looks again once a minute
+    watcher._last_status_check -= 5  # and last looked 5 s ago
+    watcher.state = "CANCELLED"
+    assert not job.done(force_check=True)  # submitit's cache, a minute late
+    assert done_now(job)
 
 
 def test_a_log_that_starts_again_is_read_from_its_start(tmp_path):
