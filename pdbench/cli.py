@@ -16,7 +16,7 @@ import difflib
 import os
 import re
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -40,6 +40,7 @@ from pdbench.driver.serve import serve, serve_problem
 from pdbench.driver.status import print_status
 from pdbench.driver.transfer_bench import run_transfer_bench
 from pdbench.plan.deployments import make_plan
+from pdbench.plan.shared_starts import later_jobs
 from pdbench.results.manifest import LaunchOrigin
 from pdbench.validate.rules import ConfigError, validate, warnings
 
@@ -291,8 +292,20 @@ def print_checked(jobs: list[Job]) -> None:
         )
 
 
-def _run(cfg: RunConfig, origin: LaunchOrigin) -> None:
-    launched = launch(cfg, origin)
+def _run(
+    cfg: RunConfig,
+    origin: LaunchOrigin,
+    sweep: list[Launched] | None = None,
+    later: Sequence[RunConfig] = (),
+) -> None:
+    """A run: launched, followed, its table printed. In a sweep (``sweep`` collects them)
+    a SLURM run is only submitted (``finish_sweep`` follows them together); ``later``: the
+    sweep's jobs whose Points this run's servers measure too."""
+    submit_only = sweep is not None and submits_now(cfg)
+    launched = launch(cfg, origin, follow_jobs=not submit_only, later=later)
+    if sweep is not None and submit_only:
+        sweep.append(launched)
+        return
     if launched.ended is Ended.submitted:  # launch.detach=true: submitted, not followed
         print(
             f"[pdbench] {len(launched.jobs)} job(s) submitted; follow them with: "
@@ -341,12 +354,17 @@ def submits_now(cfg: RunConfig) -> bool:
     )
 
 
-def dispatch(cfg: RunConfig, origin: LaunchOrigin, sweep: list[Launched] | None = None) -> None:
-    """Run ``cfg.command``; ``origin``: the command line (every job of a sweep shares it). In
-    a sweep (``sweep`` collects them), a SLURM run is only submitted."""
+def dispatch(
+    cfg: RunConfig,
+    origin: LaunchOrigin,
+    sweep: list[Launched] | None = None,
+    later: Sequence[RunConfig] = (),
+) -> None:
+    """Run ``cfg.command``; ``origin``: the command line (every job of a sweep shares it);
+    ``sweep`` and ``later``: a run's, see ``_run``."""
     cfg.dir = str(Path(cfg.dir).expanduser().resolve())  # jobs may start elsewhere
-    if sweep is not None and submits_now(cfg):
-        sweep.append(launch(cfg, origin, follow_jobs=False))
+    if cfg.command is Command.run:
+        _run(cfg, origin, sweep, later)
         return
     COMMANDS[cfg.command](cfg, origin)
 
@@ -390,10 +408,13 @@ def run_jobs(jobs: Jobs, origin: LaunchOrigin, multirun: bool, debug: bool) -> N
     followed together at its end."""
     jobs.composer.configure_logging()  # as Hydra does for a job
     sweep: list[Launched] | None = [] if multirun else None
+    for job in jobs:  # as dispatch does: a later job's paths compared with an earlier one's
+        job.cfg.dir = str(Path(job.cfg.dir).expanduser().resolve())
+    later = later_jobs([job.cfg for job in jobs]) if multirun else [[] for _ in jobs]
     try:
-        for job in jobs:
+        for job, shared in zip(jobs, later, strict=True):
             try:
-                dispatch(job.cfg, origin, sweep)
+                dispatch(job.cfg, origin, sweep, [jobs[k].cfg for k in shared])
             except ConfigError as err:
                 _fail(err, debug)
     except SystemExit:

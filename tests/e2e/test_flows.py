@@ -27,7 +27,8 @@ def test_edited_histories_are_never_pulled_and_every_flow_matches_agg_in_chat_to
     when P pulls D's KV under other tokens). With such edits on half the turns, by token ids
     and by chat messages, every flow still gives agg's greedy tokens; edited turns are never
     pulled nor served by D alone, the others still are (decode_first both serves turns on D
-    alone and falls back on pulls), and the router counts them."""
+    alone and falls back on pulls), and the router counts them. The sweep's two jobs (one
+    per API) share one start of the servers."""
     run_dir = tmp_path / "run"
     args = [
         "-m",
@@ -44,6 +45,12 @@ def test_edited_histories_are_never_pulled_and_every_flow_matches_agg_in_chat_to
     ]
     proc = run_pdbench(args, 2400)
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
+    # The two jobs of the sweep differ in their workload only: the servers started once, for
+    # the first, which measured the chat job's Points too (pdbench/plan/shared_starts.py).
+    assert "the 4 Point(s) of its job with workload.api=chat run on these servers" in proc.stdout
+    assert "every point is already recorded ok" in proc.stdout
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    assert len(manifest["jobs"]) == 1, manifest["jobs"]
     points = [json.loads(p.read_text()) for p in (run_dir / "points").glob("*.json")]
     assert {(p["workload"]["api"], p["flow"]) for p in points} == {
         (api, flow) for api in ("completions", "chat") for flow in FLOWS
