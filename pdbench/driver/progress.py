@@ -188,11 +188,12 @@ def follow_all(
         time.sleep(poll_s)
 
 
-def done_now(job: SlurmJob) -> bool:
-    """Whether ``job`` ended, from a state query made now: submitit's ``done(force_check=
+def done_now(job: Any) -> bool:
+    """Whether ``job`` ended, a SLURM job's state queried now: submitit's ``done(force_check=
     True)`` does not force it for a job of several tasks (it asks each task's own view,
-    which reads the watcher's cache)."""
-    job.watcher.update_if_long_enough(mode="force")
+    which reads the watcher's cache). A local job's state needs no query."""
+    if isinstance(job, SlurmJob):
+        job.watcher.update_if_long_enough(mode="force")
     return job.done()
 
 
