@@ -82,10 +82,10 @@ def share_servers(plan: Plan, cfg: RunConfig, later: Sequence[RunConfig]) -> tup
     and a line for each such job."""
     lines = []
     for other_cfg in later:
-        other = make_plan(other_cfg)
-        added = sum(len(other.points[d]) for d in plan.points.keys() & other.points.keys())
+        merged = with_points_of(plan, make_plan(other_cfg))
+        added = sum(len(merged.points[d]) - len(plan.points[d]) for d in plan.points)
         if added:
-            plan = with_points_of(plan, other)
+            plan = merged
             lines.append(
                 f"sweep: the {added} Point(s) of its job with "
                 f"{workload_difference(cfg, other_cfg)} run on these servers too"

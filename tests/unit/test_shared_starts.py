@@ -113,3 +113,4 @@ def test_a_launch_says_which_jobs_points_it_measures_too():
     other_deployment.flow.kv_recompute_threshold = 1024
     assert share_servers(plan, cfg, [other_deployment]) == (plan, [])
     assert share_servers(plan, cfg, []) == (plan, [])
+    assert share_servers(shared, cfg, [chat_run()]) == (shared, [])  # each Point once
