@@ -40,7 +40,7 @@ from pdbench.driver.serve import serve, serve_problem
 from pdbench.driver.status import print_status
 from pdbench.driver.transfer_bench import run_transfer_bench
 from pdbench.plan.deployments import make_plan
-from pdbench.plan.shared_starts import later_jobs
+from pdbench.plan.shared_starts import dry_run_line, later_jobs
 from pdbench.results.manifest import LaunchOrigin
 from pdbench.validate.rules import ConfigError, validate, warnings
 
@@ -412,7 +412,11 @@ def run_jobs(jobs: Jobs, origin: LaunchOrigin, multirun: bool, debug: bool) -> N
         job.cfg.dir = str(Path(job.cfg.dir).expanduser().resolve())
     later = later_jobs([job.cfg for job in jobs]) if multirun else [[] for _ in jobs]
     try:
-        for job, shared in zip(jobs, later, strict=True):
+        for index, (job, shared) in enumerate(zip(jobs, later, strict=True)):
+            elsewhere = dry_run_line(index, later) if job.cfg.launch.dry_run else None
+            if elsewhere:
+                print(f"[pdbench] {elsewhere}\n", flush=True)
+                continue
             try:
                 dispatch(job.cfg, origin, sweep, [jobs[k].cfg for k in shared])
             except ConfigError as err:

@@ -7,13 +7,15 @@ the first job of a group measures the Points of the later ones on its servers to
 their turn comes their Points are recorded ok and they start nothing (a Point the first job
 could not measure is measured by its own job, as on any resume).
 
-Jobs share only when they could not tell the difference: a run (not a dry run, not a
-search) on the local executor, into the same run dir, with configs equal but for
+Jobs share only when they could not tell the difference: a run (not a search) on the
+local executor, into the same run dir, with configs equal but for
 ``workload`` and with the same ``workload.request_timeout_s`` (the router's timeout, in the
 launch spec); then a Deployment of the same id has the same launch spec but for the Points
 it runs (``tests/unit/test_shared_starts.py`` holds the two to that). SLURM sweeps keep a
 job per composition: their jobs run side by side. Each Point's record (and W&B run config)
-carries its own workload; the shared job's W&B config is otherwise the first job's.
+carries its own workload; the shared job's W&B config is otherwise the first job's. A dry
+run of the sweep shares as its run would: the first job prints the Points of the later ones
+with its servers, the later ones print which job runs theirs (``dry_run_line``).
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from pathlib import Path
 
 from pdbench.config.schema import Command, ExecutorKind, RunConfig
 from pdbench.plan.deployments import Plan, make_plan
-from pdbench.plan.identity import stable_hash
+from pdbench.plan.identity import differences, stable_hash
 from pdbench.results.jsonable import to_jsonable
 
 
@@ -32,7 +34,6 @@ def sharing_key(cfg: RunConfig) -> str | None:
     """Jobs with equal keys may share their servers; None: this job never does."""
     if (
         cfg.command is not Command.run
-        or cfg.launch.dry_run
         or cfg.cluster.executor is not ExecutorKind.local
         or not cfg.workload.history_tokens  # a crossover search chooses its Points as it goes
     ):
@@ -57,6 +58,18 @@ def later_jobs(cfgs: list[RunConfig]) -> list[list[int]]:
         else:
             first[key] = i
     return out
+
+
+def dry_run_line(index: int, later: list[list[int]]) -> str | None:
+    """What the dry run of the sweep's job ``index`` (0-based) prints instead of its plan
+    when an earlier job measures its Points (``later_jobs``' lists); None: its own plan."""
+    first = next((i for i, taken in enumerate(later) if index in taken), None)
+    if first is None:
+        return None
+    return (
+        f"sweep job {index + 1}: its Points run on the servers of sweep job {first + 1} "
+        "(printed above), as they will in the run"
+    )
 
 
 def with_points_of(plan: Plan, other: Plan) -> Plan:
@@ -95,7 +108,7 @@ def share_servers(plan: Plan, cfg: RunConfig, later: Sequence[RunConfig]) -> tup
 
 def workload_difference(cfg: RunConfig, other: RunConfig) -> str:
     """The workload settings ``other`` gives another value, as overrides."""
-    mine, theirs = to_jsonable(cfg.workload), to_jsonable(other.workload)
-    keys = sorted(k for k in mine.keys() | theirs.keys() if mine.get(k) != theirs.get(k))
-    shown = ", ".join(f"workload.{k}={theirs.get(k)}" for k in keys[:4])
-    return shown + (f" (+{len(keys) - 4} more)" if len(keys) > 4 else "") or "the same workload"
+    changed = differences(to_jsonable(cfg.workload), to_jsonable(other.workload))
+    shown = ", ".join(f"workload.{key}={value}" for key, _, value in changed[:4])
+    more = f" (+{len(changed) - 4} more)" if len(changed) > 4 else ""
+    return shown + more or "the same workload"

@@ -7,9 +7,16 @@ import pytest
 
 from pdbench.config.schema import ClientApi, ExecutorKind, HistoryEdit
 from pdbench.plan.deployments import make_plan
-from pdbench.plan.shared_starts import later_jobs, share_servers, sharing_key, with_points_of
+from pdbench.plan.shared_starts import (
+    dry_run_line,
+    later_jobs,
+    share_servers,
+    sharing_key,
+    with_points_of,
+)
 from pdbench.spec.launch import build_launch
 from tests.unit.helpers import cpu_run
+from tests.unit.test_cli import pdbench
 
 pytestmark = pytest.mark.unit
 
@@ -32,7 +39,7 @@ def test_jobs_that_differ_in_their_workload_only_go_to_the_first_of_them():
 @pytest.mark.parametrize(
     "change",
     [
-        lambda c: setattr(c.launch, "dry_run", True),  # prints each job as it would run
+        lambda c: setattr(c.launch, "dry_run", True),  # a dry run shares with dry runs only
         lambda c: setattr(c.cluster, "executor", ExecutorKind.slurm),  # side by side there
         lambda c: setattr(c.workload, "history_tokens", []),  # a search picks its Points
         lambda c: setattr(c, "dir", "/ANOTHER"),  # another run dir
@@ -46,10 +53,32 @@ def test_what_never_shares(change):
     assert later_jobs([cpu_run(), cfg]) == [[], []]
     first = cpu_run()
     change(first)
-    if first.dir == "/RUN" and first.workload.history_tokens == [0] and not first.launch.dry_run:
+    if first.dir == "/RUN" and first.workload.history_tokens == [0]:
         return  # both changed alike: they may share
-    if sharing_key(first) is None:  # dry runs, SLURM, searches: not even among themselves
+    if sharing_key(first) is None:  # SLURM, searches: not even among themselves
         assert later_jobs([first, cfg]) == [[], []]
+
+
+def test_a_dry_run_of_the_sweep_shares_as_its_run_would(tmp_path):
+    dry, dry_chat = cpu_run(), chat_run()
+    for cfg in (dry, dry_chat):
+        cfg.launch.dry_run = True
+    assert later_jobs([dry, dry_chat]) == [[1], []]
+    assert dry_run_line(0, [[1], []]) is None  # the first job prints its plan
+    assert dry_run_line(1, [[1], []]).startswith("sweep job 2: its Points run on the servers ")
+    # The command line: one deployment printed, with the later job's Points; no second one.
+    run_dir = tmp_path / "run"
+    args = ["-m", "+experiment=smoke", "workload.api=completions,chat", f"dir={run_dir}"]
+    out = pdbench(*args, "launch.dry_run=true")
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.count("deployment ") == pdbench(
+        "+experiment=smoke", f"dir={run_dir}", "launch.dry_run=true"
+    ).stdout.count("deployment ")
+    assert "[pdbench] sweep: the " in out.stdout and "workload.api=chat run on these servers" in (
+        out.stdout
+    )
+    assert "sweep job 2: its Points run on the servers of sweep job 1" in out.stdout
+    assert not run_dir.exists()
 
 
 def _spec_without_points(cfg, plan):
