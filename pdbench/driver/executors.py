@@ -85,6 +85,14 @@ class SlurmJob(submitit_slurm.SlurmJob):
     # default minute, not ten: a job that died without a result is seen within a minute.
     watcher = SlurmStateWatcher(delay_s=60)
 
+    def done(self, force_check: bool = False) -> bool:
+        """submitit's, with ``force_check`` forcing a job of several tasks too: submitit
+        asks each task without it, from the watcher's cache, so a 2-node job scancel'led
+        was seen ended ~55 s late (the e2e SLURM chain)."""
+        if force_check and self.num_tasks > 1:
+            self.watcher.update_if_long_enough(mode="force")
+        return super().done(force_check=force_check)
+
 
 class SlurmExecutor(submitit_slurm.SlurmExecutor):
     """submitit's ``SlurmExecutor`` handing out ``SlurmJob`` (arrays included)."""

@@ -170,7 +170,7 @@ def follow_all(
             say(line)
         for i in done:
             if str(jobs[i].job_id) in queue.gone:  # SLURM's word, not submitit's cached one
-                done[i] = done_now(jobs[i])
+                done[i] = jobs[i].done(force_check=True)
         for i, finished in done.items():
             job = jobs[i]
             who = f"job {job.job_id} " if len(jobs) > 1 else ""
@@ -186,15 +186,6 @@ def follow_all(
         if all(o is not None for o in outcomes):
             return [o for o in outcomes if o is not None]
         time.sleep(poll_s)
-
-
-def done_now(job: Any) -> bool:
-    """Whether ``job`` ended, a SLURM job's state queried now: submitit's ``done(force_check=
-    True)`` does not force it for a job of several tasks (it asks each task's own view,
-    which reads the watcher's cache). A local job's state needs no query."""
-    if isinstance(job, SlurmJob):
-        job.watcher.update_if_long_enough(mode="force")
-    return job.done()
 
 
 def _cancel_rest(jobs: list, outcomes: list) -> None:

@@ -137,8 +137,8 @@ def stop_jobs(jobs: list[Any], wait_s: float = STOP_WAIT_S) -> None:
         print(f"[pdbench] stopping job {job.job_id}: its servers stop", flush=True)
         stop_job(job)
     deadline = time.monotonic() + wait_s
-    while any(not job.done() for job in running) and time.monotonic() < deadline:
-        time.sleep(0.5)
+    while any(not job.done(force_check=True) for job in running) and time.monotonic() < deadline:
+        time.sleep(1.0)  # each check of a SLURM job asks SLURM (executors.SlurmJob.done)
     left = [str(job.job_id) for job in running if not job.done()]
     if left:
         print(f"[pdbench] job(s) {', '.join(left)} still running after {wait_s:.0f} s", flush=True)

@@ -22,7 +22,6 @@ from omegaconf import OmegaConf
 
 from pdbench.config.schema import ClusterConfig, ExecutorKind, register_configs
 from pdbench.driver.executors import SlurmJob, make_executor
-from pdbench.driver.progress import done_now
 from pdbench.spec.sbatch import sbatch_script
 
 REPO = Path(__file__).resolve().parents[2]
@@ -74,10 +73,11 @@ def slurm_preset() -> ClusterConfig:
 
 
 def wait_done(job, timeout_s: float = JOB_TIMEOUT_S) -> None:
-    """Until SLURM says the job ended, asked every 0.5 s as the driver asks (``done_now``:
-    submitit's ``done(force_check=True)`` reads a once-a-minute cache for a 2-node job)."""
+    """Until SLURM says the job ended, asked every 0.5 s as the driver asks (pdbench's
+    ``SlurmJob.done(force_check=True)``: submitit's reads a once-a-minute cache for a 2-node
+    job)."""
     deadline = time.monotonic() + timeout_s
-    while not done_now(job):
+    while not job.done(force_check=True):
         if time.monotonic() > deadline:
             pytest.fail(f"job {job.job_id} not done after {timeout_s}s (state {job.state})")
         time.sleep(0.5)

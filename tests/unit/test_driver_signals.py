@@ -36,7 +36,7 @@ class LocalJob:
         self.job_id = str(self._process.pid)
         self.cancelled = False
 
-    def done(self) -> bool:
+    def done(self, force_check: bool = False) -> bool:
         return self._process.poll() is not None
 
     def cancel(self, check: bool = True) -> None:  # SIGINT: submitit SIGKILLs tasks 1 s later
@@ -49,7 +49,7 @@ class SlurmJob:
     def __init__(self) -> None:
         self.cancelled = False
 
-    def done(self) -> bool:
+    def done(self, force_check: bool = False) -> bool:
         return self.cancelled
 
     def cancel(self, check: bool = True) -> None:

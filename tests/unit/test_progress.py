@@ -12,7 +12,7 @@ import pytest
 from jobs.serving.server import ServerProcess, ServerStartError, startup_line, wait_all_ready
 from pdbench.driver import progress
 from pdbench.driver.executors import SlurmJob, SlurmStateWatcher
-from pdbench.driver.progress import _new_lines, done_now, left_the_queue, queue_line
+from pdbench.driver.progress import _new_lines, left_the_queue, queue_line
 
 pytestmark = pytest.mark.unit
 
@@ -84,7 +84,7 @@ class SqueueSays(SlurmStateWatcher):
 def test_a_job_of_two_tasks_that_left_the_queue_is_seen_ended_now(tmp_path, monkeypatch):
     # The chain of e2e test_slurm_runs.py: scancel'led, its two tasks gone within a second,
     # yet the driver said so ~55 s later. submitit's done(force_check=True) asks each task's
-    # own view, which reads the watcher's cache; done_now queries SLURM first.
+    # own view, which reads the watcher's cache; pdbench's SlurmJob queries SLURM first.
     watcher = SqueueSays()
     monkeypatch.setattr(SlurmJob, "watcher", watcher)
     job = SlurmJob(folder=tmp_path, job_id="123", tasks=(0, 1))
@@ -92,8 +92,8 @@ def test_a_job_of_two_tasks_that_left_the_queue_is_seen_ended_now(tmp_path, monk
     watcher._start_time -= 1000  # submitted long ago: submitit looks again once a minute
     watcher._last_status_check -= 5  # and last looked 5 s ago
     watcher.state = "CANCELLED"
-    assert not job.done(force_check=True)  # submitit's cache, a minute late
-    assert done_now(job)
+    assert not job.done()  # the watcher's cache, a minute late
+    assert job.done(force_check=True)  # asked now
 
 
 def test_a_log_that_starts_again_is_read_from_its_start(tmp_path):
