@@ -12,3 +12,5 @@ TIMING_DIR_ENV = "PDBENCH_TIMING_DIR"  # where the plugin times each request (re
 ROLE_ENV = "PDBENCH_ROLE"  # prefill | decode: traces name the direction (P<-D, D<-P)
 # NIXL progress thread's poll timeout in microseconds (nixl_progress)
 NIXL_PROGRESS_DELAY_ENV = "PDBENCH_NIXL_PROGRESS_DELAY_US"
+# An engine's wait between steps while it only holds KV blocks for a peer, in ms (engine_idle)
+ENGINE_IDLE_WAIT_ENV = "PDBENCH_ENGINE_IDLE_WAIT_MS"

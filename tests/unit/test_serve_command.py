@@ -2,6 +2,7 @@ import json
 
 import pytest
 
+from connector.engine_idle import CPU_WAIT_MS
 from connector.nixl_progress import CPU_DELAY_US
 from pdbench.config.schema import Flow, RoleSpec
 from pdbench.plan.deployments import make_plan
@@ -38,19 +39,26 @@ def test_cpu_prefill_command_and_env():
     assert "PDBENCH_KV_PARAMS_ADDR" not in env  # P's params come in its own response
     assert "CUDA_VISIBLE_DEVICES" not in env
     # What the servers run with is in the spec: TP 1 workers inside the engine core, the
-    # NIXL progress thread's poll timeout (connector/nixl_progress.py).
+    # NIXL progress thread's poll timeout (connector/nixl_progress.py), the engine's wait
+    # while it only holds leases (connector/engine_idle.py).
     for e in (env, d_env):
         assert e["VLLM_ENABLE_V1_MULTIPROCESSING"] == "0"
         assert e["PDBENCH_NIXL_PROGRESS_DELAY_US"] == str(CPU_DELAY_US)
+        assert e["PDBENCH_ENGINE_IDLE_WAIT_MS"] == str(CPU_WAIT_MS)
 
 
 def test_cpu_overrides_of_the_process_choices_win():
     cfg = cpu_run()
-    cfg.server.env = {"VLLM_ENABLE_V1_MULTIPROCESSING": "1", "PDBENCH_NIXL_PROGRESS_DELAY_US": "0"}
+    cfg.server.env = {
+        "VLLM_ENABLE_V1_MULTIPROCESSING": "1",
+        "PDBENCH_NIXL_PROGRESS_DELAY_US": "0",
+        "PDBENCH_ENGINE_IDLE_WAIT_MS": "0",
+    }
     dep = make_plan(cfg).deployments[0]
     env = serve_env(dep, dep.instances[0], "h", "", "/tr")
     assert env["VLLM_ENABLE_V1_MULTIPROCESSING"] == "1"
     assert env["PDBENCH_NIXL_PROGRESS_DELAY_US"] == "0"
+    assert env["PDBENCH_ENGINE_IDLE_WAIT_MS"] == "0"
 
 
 def test_an_agg_instance_has_no_nixl_agent_to_tune():
@@ -62,6 +70,7 @@ def test_an_agg_instance_has_no_nixl_agent_to_tune():
     (agg,) = dep.instances
     env = serve_env(dep, agg, "h", "", "/tr")
     assert "PDBENCH_NIXL_PROGRESS_DELAY_US" not in env
+    assert "PDBENCH_ENGINE_IDLE_WAIT_MS" not in env  # no connector: vLLM holds no lease
     assert env["VLLM_ENABLE_V1_MULTIPROCESSING"] == "0"
 
 
