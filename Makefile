@@ -64,17 +64,24 @@ demo: install
 	$(BIN)/python -m pdbench +experiment=smoke
 	$(BIN)/python -m analysis $$(ls -td results/smoke-* | head -1)
 
+# Both tiers on TEST_WORKERS pytest-xdist workers. e2e: one worker's servers start (CPU)
+# while the other's runs wait (SLURM requeues, paced arrivals, TTLs); tests/e2e/conftest.py
+# keeps what shares a resource in one worker and gives each worker its own ports.
+TEST_WORKERS ?= 2
+E2E_PARALLEL := -n $(TEST_WORKERS) --dist loadgroup
+
 test: install system-deps
 	$(BIN)/ruff check .
-	$(BIN)/pytest -m unit -q
+	$(BIN)/pytest -m unit -q -n $(TEST_WORKERS)
 	scripts/local-slurm.sh start
-	$(BIN)/pytest -m "e2e or gpu" -q --durations=20; rc=$$?; scripts/local-slurm.sh stop; exit $$rc
+	$(BIN)/pytest -m "e2e or gpu" -q --durations=20 $(E2E_PARALLEL); rc=$$?; scripts/local-slurm.sh stop; exit $$rc
 
 test-unit: install
-	$(BIN)/pytest -m unit -q
+	$(BIN)/pytest -m unit -q -n $(TEST_WORKERS)
 
 test-e2e: install system-deps
-	$(BIN)/pytest -m e2e -q
+	scripts/local-slurm.sh start
+	$(BIN)/pytest -m e2e -q $(E2E_PARALLEL)
 
 test-slurm: install system-deps
 	$(BIN)/pytest -m slurm -q

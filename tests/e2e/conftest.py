@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from pdbench.config.schema import ServerConfig
+
 REPO = Path(__file__).resolve().parents[2]
 SERVER_MODULE = "vllm.entrypoints.openai.api_server"
 # Runs that are not about the preflight skip it (~20 s a job: vLLM imported with the
@@ -19,10 +21,42 @@ SERVER_MODULE = "vllm.entrypoints.openai.api_server"
 NO_PREFLIGHT = "launch.preflight=false"
 
 
+# `make test` runs this tier on two pytest-xdist workers (``-n 2 --dist loadgroup``): while
+# one worker's servers start (CPU), the other's wait on SLURM, paced arrivals or a TTL. What
+# must stay in one process is one group (``pytest_collection_modifyitems`` below), and each
+# worker's runs listen on ports of their own: the preflight (rightly) fails a run whose port
+# any process on the machine holds, whatever the address.
+PORT_FIELDS = ("base_port", "side_channel_base_port", "router_port", "vllm_base_port")
+PORT_KEYS = tuple(f"server.{field}" for field in PORT_FIELDS)
+WORKER_PORT_STEP = 1000  # worker k: every default + k * 1000 (gw0 and a plain run: defaults)
+
+
+def worker_index() -> int:
+    """Which xdist worker runs this test (``gw1`` -> 1); 0 without xdist."""
+    return int(os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw"))
+
+
+def worker_ports() -> list[str]:
+    """The port overrides of this worker's runs (none on worker 0 and without xdist)."""
+    shift = WORKER_PORT_STEP * worker_index()
+    if not shift:
+        return []
+    defaults = ServerConfig()
+    return [f"server.{field}={getattr(defaults, field) + shift}" for field in PORT_FIELDS]
+
+
+def pdbench_command(args: list[str]) -> list[str]:
+    """``python -m pdbench ARGS``, on this worker's ports unless ARGS name ports themselves
+    (tests with ports of their own) or read a run (``status``)."""
+    own = any(arg.split("=", 1)[0] in PORT_KEYS for arg in args)
+    ports = [] if own or args[:1] == ["status"] else worker_ports()
+    return [sys.executable, "-m", "pdbench", *args, *ports]
+
+
 def run_pdbench(args: list[str], timeout_s: float = 1500) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     return subprocess.run(
-        [sys.executable, "-m", "pdbench", *args],
+        pdbench_command(args),
         cwd=REPO,
         env=env,
         capture_output=True,
@@ -94,10 +128,34 @@ def processes_under(root: Path) -> list[str]:
     return found
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist reads the groups
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """One ``xdist_group`` per e2e test: what shares a process-wide resource runs in one
+    worker. ``slurm``: the local cluster has two nodes (a second worker's job would queue
+    behind the first's); ``smoke``: the modules that read the session's smoke run (it runs
+    once); any other module: its own group (a module fixture starts its deployment once)."""
+    smoke_modules = {
+        item.module.__name__
+        for item in items
+        if "smoke_dry_and_real" in getattr(item, "fixturenames", ())
+    }
+    for item in items:
+        if item.get_closest_marker("e2e") is None:
+            continue
+        module = item.module.__name__
+        if item.get_closest_marker("slurm") is not None:
+            group = "slurm"
+        elif module in smoke_modules:
+            group = "smoke"
+        else:
+            group = module.rsplit(".", 1)[-1]
+        item.add_marker(pytest.mark.xdist_group(group))
+
+
 @pytest.fixture(autouse=True)
 def _leave_no_processes(tmp_path: Path):
     """After each test, kill what its runs left running: a test that fails mid-run (its
-    driver killed, its local job orphaned) must not hold ports 8100/8101 for the tests
+    driver killed, its local job orphaned) must not hold its ports for the tests
     after it, as a leaked D once failed five of them."""
     yield
     kill_processes_under(tmp_path)

@@ -6,7 +6,6 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -21,6 +20,7 @@ from tests.e2e.conftest import (
     REPO,
     SERVER_MODULE,
     kill_processes_under,
+    pdbench_command,
     processes_under,
     run_pdbench,
     server_pids,
@@ -41,7 +41,7 @@ SMALL = [
 
 def start_pdbench(args: list[str]) -> subprocess.Popen:
     return subprocess.Popen(
-        [sys.executable, "-m", "pdbench", *args],
+        pdbench_command(args),
         cwd=REPO,
         env={**os.environ, "PYTHONUNBUFFERED": "1"},
         stdout=subprocess.PIPE,

@@ -33,7 +33,9 @@ pytestmark = pytest.mark.e2e
 
 TTL_S = 20
 MARGIN_S = 10.0
-P_PORT, D_PORT = 8100, 8101
+# Ports of its own (test_faults.py's are others): the test talks to P and D by port, on
+# whichever xdist worker runs it (conftest.worker_ports).
+P_PORT, D_PORT = 8880, 8881
 CONVERSATIONS = 2
 ARGS = [
     "+experiment=decode_cost",
@@ -48,6 +50,10 @@ ARGS = [
     "workload.repetitions=1",
     "launch.check_premises=false",  # one repetition: a pipeline test
     NO_PREFLIGHT,
+    f"server.base_port={P_PORT}",
+    "server.side_channel_base_port=6180",
+    "server.router_port=8690",
+    "server.vllm_base_port=19680",
 ]
 
 

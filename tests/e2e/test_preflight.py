@@ -26,7 +26,7 @@ from jobs.preflight import NodeExpectation, PreflightSpec, run_preflight, spec_f
 from pdbench.config.schema import register_configs
 from pdbench.driver import provenance
 from pdbench.driver.tiny_model import model_path_for
-from tests.e2e.conftest import load_points, run_pdbench, server_pids
+from tests.e2e.conftest import load_points, run_pdbench, server_pids, worker_ports
 from tests.e2e.test_local_slurm import local_slurm  # noqa: F401  (session fixture)
 
 pytestmark = pytest.mark.e2e
@@ -41,6 +41,7 @@ def smoke_spec(tmp_path: Path) -> PreflightSpec:
         "workload.repetitions=1",
         "launch.check_premises=false",  # one repetition: a pipeline test
         f"dir={tmp_path / 'run'}",
+        *worker_ports(),  # the ports this spec's check finds free: this worker's
     ]
     with initialize_config_dir(config_dir=str(REPO / "conf"), version_base=None):
         cfg = OmegaConf.to_object(compose(config_name="config", overrides=overrides))

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.conftest import NO_PREFLIGHT, REPO, run_pdbench, server_pids
+from tests.e2e.conftest import NO_PREFLIGHT, REPO, pdbench_command, run_pdbench, server_pids
 from tests.e2e.serve_clients import OUTPUT, PROMPTS, get, post
 
 pytestmark = pytest.mark.e2e
@@ -33,7 +33,7 @@ class Served:
 
     def __init__(self, args: list[str]):
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "pdbench", "serve", *args],
+            pdbench_command(["serve", *args]),
             cwd=REPO,
             env={**os.environ, "PYTHONUNBUFFERED": "1"},
             stdout=subprocess.PIPE,

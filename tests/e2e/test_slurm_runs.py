@@ -18,7 +18,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,7 +30,14 @@ from pdbench.spec.launch import (
     node_address_placeholder,
     resolve,
 )
-from tests.e2e.conftest import NO_PREFLIGHT, REPO, outputs_by_turn, run_pdbench, server_pids
+from tests.e2e.conftest import (
+    NO_PREFLIGHT,
+    REPO,
+    outputs_by_turn,
+    pdbench_command,
+    run_pdbench,
+    server_pids,
+)
 from tests.e2e.test_local_slurm import local_slurm  # noqa: F401 - the cluster fixture
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slurm]
@@ -72,7 +78,7 @@ class Run:
         self.writes: dict[str, set[float]] = {}
         with open(log, "w") as out:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "pdbench", *args],
+                pdbench_command(args),
                 cwd=REPO,
                 env={**os.environ, "PYTHONUNBUFFERED": "1"},
                 stdout=out,

@@ -213,10 +213,13 @@ def test_port_holders_finds_this_process_listening():
     import os
     import socket
 
+    import psutil
+
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         sock.listen()
         port = sock.getsockname()[1]
         (who,) = port_holders([port]).values()
-        assert who.startswith(f"pid {os.getpid()} (") and "python" in who
+        command = " ".join(psutil.Process().cmdline())[:200]  # pytest-xdist retitles it
+        assert who == f"pid {os.getpid()} ({command})"
     assert port_holders([port]) == {}  # closed: free again
