@@ -28,7 +28,7 @@ import queue
 from collections.abc import Mapping
 from typing import Any
 
-from connector.process_env import ENGINE_IDLE_WAIT_ENV
+from connector.process_env import ENGINE_IDLE_WAIT_ENV, whole_number
 
 CPU_WAIT_MS = 50  # 20 empty steps a second at most while only leases are held
 
@@ -38,18 +38,13 @@ _PATCHED = "_pdbench_idle_wait_s"  # set on the engine class once patched: the w
 def idle_wait_ms(environ: Mapping[str, str], on_cpu: bool) -> int | None:
     """The longest wait between steps of an engine holding only leases, in ms; None: vLLM's
     own loop (GPU platforms unless the variable says otherwise)."""
-    given = environ.get(ENGINE_IDLE_WAIT_ENV, "").strip()
-    if given:
-        try:
-            wait = int(given)
-        except ValueError:
-            wait = -1
-        if wait < 0:
-            raise ValueError(
-                f"{ENGINE_IDLE_WAIT_ENV}={given!r}: give the engine's wait between steps that "
-                "only hold KV blocks for a peer in whole milliseconds, 0 or more (0: vLLM's "
-                "1 ms loop)"
-            )
+    wait = whole_number(
+        environ,
+        ENGINE_IDLE_WAIT_ENV,
+        "the engine's wait between steps that only hold KV blocks for a peer in whole "
+        "milliseconds, 0 or more (0: vLLM's 1 ms loop)",
+    )
+    if wait is not None:
         return wait
     return CPU_WAIT_MS if on_cpu else None
 

@@ -23,24 +23,20 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
 
-from connector.process_env import NIXL_PROGRESS_DELAY_ENV
+from connector.process_env import NIXL_PROGRESS_DELAY_ENV, whole_number
 
 CPU_DELAY_US = 1000  # 1 ms: the thread wakes at once when a socket is ready, else 1000/s
 
 
 def progress_delay_us(environ: Mapping[str, str], on_cpu: bool) -> int | None:
     """The progress thread's poll timeout in microseconds, or None for NIXL's own (0)."""
-    given = environ.get(NIXL_PROGRESS_DELAY_ENV, "").strip()
-    if given:
-        try:
-            delay = int(given)
-        except ValueError:
-            delay = -1
-        if delay < 0:
-            raise ValueError(
-                f"{NIXL_PROGRESS_DELAY_ENV}={given!r}: give the NIXL progress thread's poll "
-                "timeout in whole microseconds, 0 or more (0: NIXL's busy loop)"
-            )
+    delay = whole_number(
+        environ,
+        NIXL_PROGRESS_DELAY_ENV,
+        "the NIXL progress thread's poll timeout in whole microseconds, 0 or more (0: NIXL's "
+        "busy loop)",
+    )
+    if delay is not None:
         return delay
     return CPU_DELAY_US if on_cpu else None
 

@@ -5,6 +5,8 @@ vLLM plugin and tracer read them inside the servers (connector imports no pdbenc
 so the names live here, below both).
 """
 
+from collections.abc import Mapping
+
 RUN_DIR_ENV = "PDBENCH_RUN_DIR"  # marks every process pdbench starts for a run
 KV_PARAMS_ADDR_ENV = "PDBENCH_KV_PARAMS_ADDR"  # host:port where D's plugin serves its KV params
 TRACE_DIR_ENV = "PDBENCH_TRACE_DIR"  # where the tracer writes one line per transfer
@@ -14,3 +16,19 @@ ROLE_ENV = "PDBENCH_ROLE"  # prefill | decode: traces name the direction (P<-D, 
 NIXL_PROGRESS_DELAY_ENV = "PDBENCH_NIXL_PROGRESS_DELAY_US"
 # An engine's wait between steps while it only holds KV blocks for a peer, in ms (engine_idle)
 ENGINE_IDLE_WAIT_ENV = "PDBENCH_ENGINE_IDLE_WAIT_MS"
+
+
+def whole_number(environ: Mapping[str, str], name: str, give: str) -> int | None:
+    """``environ[name]`` as a whole number, 0 or more; None when unset or blank. Anything
+    else raises ValueError naming the variable and what to ``give`` ("the ... in whole
+    milliseconds, 0 or more (0: ...)")."""
+    given = environ.get(name, "").strip()
+    if not given:
+        return None
+    try:
+        value = int(given)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise ValueError(f"{name}={given!r}: give {give}")
+    return value
