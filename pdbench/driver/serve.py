@@ -11,11 +11,16 @@ and echoes its lines, the router's URL and the model among them; Ctrl-C cancels 
 from __future__ import annotations
 
 import json
+import os
+import signal
 import time
 import urllib.request
 from dataclasses import replace
 from pathlib import Path
 
+import psutil
+
+from connector.process_env import RUN_DIR_ENV
 from jobs.entry.deployment import DeploymentJob
 from pdbench.config.problems import ConfigError, ConfigProblem
 from pdbench.config.schema import ExecutorKind, RunConfig
@@ -85,6 +90,8 @@ def serve(cfg: RunConfig, origin: LaunchOrigin) -> None:
         follow([submitted], lambda: "serve")
     except KeyboardInterrupt:
         stop(submitted.job, cfg.cluster.executor)
+        if cfg.cluster.executor is ExecutorKind.local:
+            stop_left_behind(cfg.dir)
 
 
 def stop(job, executor: ExecutorKind) -> None:
@@ -102,6 +109,41 @@ def stop(job, executor: ExecutorKind) -> None:
             job.cancel(check=False)
             cancelled = True
         time.sleep(1.0)
+
+
+def stop_left_behind(run_dir: str, wait_s: float = 30.0) -> list[int]:
+    """After a local job ended: stop what it left on this machine for ``run_dir`` (its
+    ``PDBENCH_RUN_DIR``). The Ctrl-C that reached the job also reached submitit's local
+    controller, which SIGKILLs the task a second later, possibly before the task stopped
+    every server (seen on a loaded 2-core host: P's API server left running). SIGTERM to
+    each one's process group, SIGKILL after ``wait_s``; returns the pids found."""
+    left = [p for p in psutil.process_iter(["pid", "cmdline"]) if _started_for(p, run_dir)]
+    found = [p.pid for p in left]
+    if not left:
+        return found
+    names = ", ".join(f"pid {p.pid} ({' '.join(p.info['cmdline'] or [])[:80]})" for p in left)
+    print(f"[pdbench] the job left {len(left)} process(es) running: {names}; stopping", flush=True)
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        for proc in left:
+            try:
+                group = os.getpgid(proc.pid)
+                if group == os.getpgrp():  # never this driver's own group
+                    os.kill(proc.pid, sig)
+                else:
+                    os.killpg(group, sig)
+            except (ProcessLookupError, PermissionError):
+                continue
+        _, left = psutil.wait_procs(left, timeout=wait_s)
+        if not left:
+            break
+    return found
+
+
+def _started_for(proc: psutil.Process, run_dir: str) -> bool:
+    try:
+        return proc.environ().get(RUN_DIR_ENV) == run_dir and proc.pid != os.getpid()
+    except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+        return False
 
 
 def serving_lines(run_dir: str | Path) -> list[str]:
