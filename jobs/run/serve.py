@@ -4,23 +4,23 @@ It warms every (flow, history length) case of the plan up like a run (NIXL hands
 between each P and D, first prompt lengths), sets the router's flow, writes
 ``serve/<deployment>.json`` (the router's URL, the model, the flow, where the router's
 per-request record goes) and says so on the job's log, then hands out no Point: the
-servers stay up for any client until the job is interrupted (Ctrl-C on the driver,
-``scancel``, the time limit) or a server dies. The flow changes on request
-(``POST <url>/pdbench/flow {"flow": "recompute"}``); every request the router serves is
-one line of ``logs/<deployment>/router_requests.jsonl`` (``jobs.serving.request_log``).
+servers stay up for any client until the job gets SIGTERM (from the driver after its
+Ctrl-C, ``scancel``, the time limit: ``TaskState.on_sigterm``) or a server dies. The flow
+changes on request (``POST <url>/pdbench/flow {"flow": "recompute"}``); every request the
+router serves is one line of ``logs/<deployment>/router_requests.jsonl``
+(``jobs.serving.request_log``).
 """
 
 from __future__ import annotations
 
 import json
-import signal
 import socket
 import time
 import urllib.request
 from pathlib import Path
 
 from jobs.run.servers import say
-from jobs.run.state import JobInterrupted, TaskState
+from jobs.run.state import TaskState
 from pdbench.plan.deployments import Deployment
 from pdbench.plan.points import Point
 from pdbench.results.store import PointResult, RunStore, write_json_atomic
@@ -82,13 +82,6 @@ class ServeUntilStopped:
             "stopped_because": "",
         }
 
-    def _on_interrupt(self, signum, frame) -> None:
-        """Ctrl-C (SIGINT reaches the driver and, locally, this job): leave like at a
-        SIGTERM, once; a second Ctrl-C must not cut the servers' teardown short."""
-        signal.signal(signal.SIGINT, signal.SIG_IGN)
-        self.task.leave(f"signal {signum} (Ctrl-C)")
-        raise JobInterrupted(f"[pdbench] {self.task.leaving}: stopping the servers, leaving")
-
     def next_point(self, measured: list[PointResult]) -> Point | None:
         """The first call serves until the job is stopped (a ``JobInterrupted`` from a signal,
         or a dead server: None); there is never a Point."""
@@ -108,7 +101,6 @@ class ServeUntilStopped:
             f"is recorded in {record['request_log']}; Ctrl-C (or scancel) stops"
         )
         why = "stopped"
-        previous = signal.signal(signal.SIGINT, self._on_interrupt)
         try:
             while True:
                 self.task.check_leaving()
@@ -116,7 +108,6 @@ class ServeUntilStopped:
                 if dead:
                     why = f"server(s) died: {dead}"
                     say(f"{why}; serving ends")
-                    signal.signal(signal.SIGINT, previous)
                     return None
                 time.sleep(POLL_S)
         except BaseException as exc:

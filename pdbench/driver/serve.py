@@ -3,24 +3,20 @@
 The same plan, launch spec and job as a run (``pdbench.driver.launch``), with the spec's
 ``serve_flow`` set: the job warms up, then serves that flow (the first of ``flow.flows``)
 until it is stopped, measuring no Point (``jobs.run.serve``). This process follows the job
-and echoes its lines, the router's URL and the model among them; Ctrl-C cancels the job
-(its servers stop). On SLURM the job also ends at its time limit (no requeue).
+and echoes its lines, the router's URL and the model among them; Ctrl-C stops the job (its
+servers stop) as it stops a run's (``pdbench.driver.submit.stopping_jobs_on``). On SLURM the
+job also ends at its time limit (no requeue).
 ``python -m pdbench status dir=...`` shows the serving deployment and its URL.
 """
 
 from __future__ import annotations
 
 import json
-import os
-import signal
 import time
 import urllib.request
 from dataclasses import replace
 from pathlib import Path
 
-import psutil
-
-from connector.process_env import RUN_DIR_ENV
 from jobs.entry.deployment import DeploymentJob
 from pdbench.config.problems import ConfigError, ConfigProblem
 from pdbench.config.schema import ExecutorKind, RunConfig
@@ -31,9 +27,6 @@ from pdbench.plan.deployments import Plan, make_plan
 from pdbench.results.manifest import LaunchOrigin
 from pdbench.spec.launch import LaunchSpec, build_launch, describe
 from pdbench.spec.vllm_install import cluster_servers_vllm
-
-STOP_WAIT_S = 120.0  # how long Ctrl-C waits for the job to stop its servers
-LOCAL_GRACE_S = 60.0  # a local job stopping by itself before it is cancelled
 
 
 def serving_spec(spec: LaunchSpec, flow: str) -> LaunchSpec:
@@ -86,64 +79,7 @@ def serve(cfg: RunConfig, origin: LaunchOrigin) -> None:
     (submitted,) = submit(cfg.cluster, folder, sub.nodes, sub.job_name, [(dep_id, job)], sub.sbatch)
     run_dir.record_job(dep_id, submitted.job)
     print(f"[pdbench] serving {dep_id} (Ctrl-C stops it)", flush=True)
-    try:
-        follow([submitted], lambda: "serve")
-    except KeyboardInterrupt:
-        stop(submitted.job, cfg.cluster.executor)
-        if cfg.cluster.executor is ExecutorKind.local:
-            stop_left_behind(cfg.dir)
-
-
-def stop(job, executor: ExecutorKind) -> None:
-    """After Ctrl-C: a local job got the same SIGINT (one process group) and is stopping its
-    servers: wait for it, and cancel it only if it has not ended after ``LOCAL_GRACE_S`` (a
-    second signal during its teardown could leave servers behind); a SLURM job is
-    cancelled (scancel: SIGTERM to every task)."""
-    print(f"[pdbench] stopping job {job.job_id}: its servers stop", flush=True)
-    if executor is ExecutorKind.slurm:
-        job.cancel(check=False)
-    start = time.monotonic()
-    cancelled = executor is ExecutorKind.slurm
-    while not job.done() and time.monotonic() - start < STOP_WAIT_S:
-        if not cancelled and time.monotonic() - start > LOCAL_GRACE_S:
-            job.cancel(check=False)
-            cancelled = True
-        time.sleep(1.0)
-
-
-def stop_left_behind(run_dir: str, wait_s: float = 30.0) -> list[int]:
-    """After a local job ended: stop what it left on this machine for ``run_dir`` (its
-    ``PDBENCH_RUN_DIR``). The Ctrl-C that reached the job also reached submitit's local
-    controller, which SIGKILLs the task a second later, possibly before the task stopped
-    every server (seen on a loaded 2-core host: P's API server left running). SIGTERM to
-    each one's process group, SIGKILL after ``wait_s``; returns the pids found."""
-    left = [p for p in psutil.process_iter(["pid", "cmdline"]) if _started_for(p, run_dir)]
-    found = [p.pid for p in left]
-    if not left:
-        return found
-    names = ", ".join(f"pid {p.pid} ({' '.join(p.info['cmdline'] or [])[:80]})" for p in left)
-    print(f"[pdbench] the job left {len(left)} process(es) running: {names}; stopping", flush=True)
-    for sig in (signal.SIGTERM, signal.SIGKILL):
-        for proc in left:
-            try:
-                group = os.getpgid(proc.pid)
-                if group == os.getpgrp():  # never this driver's own group
-                    os.kill(proc.pid, sig)
-                else:
-                    os.killpg(group, sig)
-            except (ProcessLookupError, PermissionError):
-                continue
-        _, left = psutil.wait_procs(left, timeout=wait_s)
-        if not left:
-            break
-    return found
-
-
-def _started_for(proc: psutil.Process, run_dir: str) -> bool:
-    try:
-        return proc.environ().get(RUN_DIR_ENV) == run_dir and proc.pid != os.getpid()
-    except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
-        return False
+    follow([submitted], lambda: "serve")
 
 
 def serving_lines(run_dir: str | Path) -> list[str]:

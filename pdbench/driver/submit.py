@@ -4,9 +4,15 @@ Deployments, a sweep's runs, the transfer bench, the preflight alone).
 ``submit`` hands callables to submitit (several at once: one SLURM array) and says each
 job's id; ``follow`` echoes the jobs' ``[pdbench]`` lines until all have ended and returns
 each one's ``JobOutcome``; a job whose ``stop_after`` says so (``launch.on_failure=stop``)
-cancels the others. SIGTERM or SIGHUP to this process while it follows (a ``kill``, a closed
-terminal, a CI timeout) stops the jobs it follows before it exits (``stopping_jobs_on``):
-nothing of the run is left behind.
+cancels the others. Ctrl-C, SIGTERM or SIGHUP to this process while it follows (a ``kill``, a
+closed terminal, a CI timeout) stops the jobs it follows before it exits
+(``stopping_jobs_on``): nothing of the run is left behind.
+
+Locally the driver alone hears Ctrl-C: submitit's local controller, and the tasks it
+starts, are started with SIGINT ignored (``deaf_to_ctrl_c``). Were they not, the terminal's
+Ctrl-C would reach the controller too, which SIGKILLs its tasks a second later, before they
+have stopped their servers (seen on a loaded 2-core host: a P API server left running). The
+driver stops them instead with SIGTERM, as for the other signals, and waits.
 """
 
 from __future__ import annotations
@@ -22,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pdbench.config.schema import ClusterConfig
+from pdbench.config.schema import ClusterConfig, ExecutorKind
 from pdbench.driver.executors import make_executor
 from pdbench.driver.progress import JobOutcome, follow_all, stop_job
 
@@ -65,11 +71,12 @@ def submit(
     on SLURM). ``sbatch``: the script the launch spec holds, checked against what SLURM got;
     ``points``: the most Points one job measures (how many requeues it may need)."""
     executor = make_executor(cluster, folder, nodes, job_name, points)
-    if len(work) == 1:
-        jobs = [executor.submit(work[0][1])]
-    else:
-        with executor.batch():
-            jobs = [executor.submit(fn) for _, fn in work]
+    with deaf_to_ctrl_c(cluster.executor is ExecutorKind.local):
+        if len(work) == 1:
+            jobs = [executor.submit(work[0][1])]
+        else:
+            with executor.batch():
+                jobs = [executor.submit(fn) for _, fn in work]
     if sbatch:
         check_submitted_sbatch(jobs[0], sbatch)
     submitted = [Submitted(label, job) for (label, _), job in zip(work, jobs, strict=True)]
@@ -90,8 +97,23 @@ def follow(submitted: list[Submitted], recorded: Callable[[], str]) -> list[JobO
         return follow_all([s.job for s in submitted], recorded, on_finished=on_finished)
 
 
-STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)  # what ends a driver that Ctrl-C does not
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)  # caught; Ctrl-C comes as KeyboardInterrupt
 STOP_WAIT_S = 120.0  # how long a stopped driver waits for its jobs to stop their servers
+
+
+@contextmanager
+def deaf_to_ctrl_c(deaf: bool = True) -> Iterator[None]:
+    """While open (and ``deaf``), SIGINT is ignored here and in every process started
+    meanwhile: an ignored signal stays ignored across ``exec`` and Python keeps it so. A
+    Ctrl-C in that moment is lost (submitting a local job takes milliseconds)."""
+    if not deaf or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 class DriverSignalled(Exception):
@@ -104,10 +126,11 @@ class DriverSignalled(Exception):
 
 @contextmanager
 def stopping_jobs_on(submitted: list[Submitted], wait_s: float = STOP_WAIT_S) -> Iterator[None]:
-    """While in the block, SIGTERM or SIGHUP to this process stops every job of ``submitted``
-    (``stop_jobs``), then exits with 128 + the signal. Ctrl-C needs none of it: a local job
-    shares the terminal's process group and gets the SIGINT itself. Outside the main thread
-    (signals cannot be caught there) the block runs as it is."""
+    """While in the block, Ctrl-C (``KeyboardInterrupt``), SIGTERM or SIGHUP to this process
+    stops every job of ``submitted`` (``stop_jobs``: local and SLURM jobs alike), then exits
+    with 128 + the signal (130 after Ctrl-C). ``launch.detach=true`` is how to leave SLURM
+    jobs running. Outside the main thread (signals cannot be caught there) the block runs
+    as it is."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
@@ -116,14 +139,17 @@ def stopping_jobs_on(submitted: list[Submitted], wait_s: float = STOP_WAIT_S) ->
         raise DriverSignalled(signum)
 
     previous = {sig: signal.signal(sig, raise_signalled) for sig in STOP_SIGNALS}
+    previous[signal.SIGINT] = signal.getsignal(signal.SIGINT)
     try:
         yield
-    except DriverSignalled as got:
-        for sig in STOP_SIGNALS:  # a second signal must not cut the stopping short
+    except (DriverSignalled, KeyboardInterrupt) as got:
+        for sig in previous:  # a second signal must not cut the stopping short
             signal.signal(sig, signal.SIG_IGN)
-        print(f"[pdbench] {got}: stopping the jobs this launch follows", flush=True)
+        signum = got.signum if isinstance(got, DriverSignalled) else signal.SIGINT
+        name = "Ctrl-C" if signum == signal.SIGINT else str(got)
+        print(f"[pdbench] {name}: stopping the jobs this launch follows", flush=True)
         stop_jobs([s.job for s in submitted], wait_s)
-        raise SystemExit(128 + got.signum) from None
+        raise SystemExit(128 + signum) from None
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
@@ -142,6 +168,10 @@ def stop_jobs(jobs: list[Any], wait_s: float = STOP_WAIT_S) -> None:
     left = [str(job.job_id) for job in running if not job.done()]
     if left:
         print(f"[pdbench] job(s) {', '.join(left)} still running after {wait_s:.0f} s", flush=True)
+    elif running:
+        took = time.monotonic() - deadline + wait_s
+        ids = ", ".join(str(job.job_id) for job in running)
+        print(f"[pdbench] job(s) {ids} stopped in {took:.0f} s", flush=True)
 
 
 def check_submitted_sbatch(job, planned: str) -> None:

@@ -5,15 +5,21 @@ job is cancelled, and the driver exits 128 + the signal."""
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import os
 import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
+import psutil
 import pytest
 
+from pdbench.config.schema import ClusterConfig
 from pdbench.driver import submit
+from pdbench.driver.progress import stop_job
 from pdbench.driver.submit import Submitted, stopping_jobs_on
 
 pytestmark = pytest.mark.unit
@@ -80,6 +86,7 @@ def test_a_stop_signal_stops_every_job_followed_then_exits(jobs, sig, capsys):
     out = capsys.readouterr().out
     assert f"[pdbench] {sig.name}: stopping the jobs this launch follows" in out
     assert f"[pdbench] stopping job {local.job_id}: its servers stop" in out
+    assert f"[pdbench] job(s) {local.job_id}, 4242 stopped in " in out
 
 
 def test_follow_stops_its_jobs_when_the_driver_is_killed(jobs, monkeypatch):
@@ -103,3 +110,77 @@ def test_without_a_signal_the_block_runs_and_the_handlers_come_back(jobs):
     with stopping_jobs_on([Submitted("a", local)]):
         assert signal.getsignal(signal.SIGTERM) is not before
     assert signal.getsignal(signal.SIGTERM) is before and not local.done()
+
+
+def test_ctrl_c_stops_every_job_followed_then_exits_130(jobs, capsys):
+    local, slurm = jobs
+    before = signal.getsignal(signal.SIGINT)
+    with pytest.raises(SystemExit) as exc, stopping_jobs_on([Submitted("a", local)], wait_s=10):
+        raise KeyboardInterrupt  # what Python raises in the main thread at Ctrl-C
+    assert exc.value.code == 128 + signal.SIGINT
+    assert local._process.wait(timeout=5) == 7  # the controller got SIGTERM, forwarded
+    assert signal.getsignal(signal.SIGINT) is before
+    assert "[pdbench] Ctrl-C: stopping the jobs this launch follows" in capsys.readouterr().out
+
+
+# Stands for a task: SIGINT as it inherited it, SIGTERM ends it with 7.
+TASK = (
+    "import signal, sys, time; signal.signal(signal.SIGTERM, lambda *a: sys.exit(7)); "
+    "print('up', flush=True); time.sleep(60)"
+)
+
+
+def test_what_starts_deaf_to_ctrl_c_ignores_it_and_still_stops_on_sigterm():
+    before = signal.getsignal(signal.SIGINT)
+    with submit.deaf_to_ctrl_c():
+        assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+        proc = subprocess.Popen([sys.executable, "-c", TASK], stdout=subprocess.PIPE, text=True)
+    assert signal.getsignal(signal.SIGINT) is before
+    try:
+        assert proc.stdout.readline().strip() == "up"
+        proc.send_signal(signal.SIGINT)  # the terminal's Ctrl-C
+        with pytest.raises(subprocess.TimeoutExpired):
+            proc.wait(timeout=1)
+        proc.send_signal(signal.SIGTERM)  # the driver's stop
+        assert proc.wait(timeout=5) == 7
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def sleep_until_sigterm(marker: str) -> int:
+    """A job's work: say it is up, then wait; SIGTERM ends it (as a pdbench task's does)."""
+    signal.signal(signal.SIGTERM, lambda *a: sys.exit(7))
+    Path(marker).write_text("up")
+    time.sleep(60)
+    return 0
+
+
+def test_a_local_job_does_not_hear_the_terminals_ctrl_c_and_stops_on_the_drivers_word(tmp_path):
+    """The real submitit controller: a Ctrl-C that reached it would SIGKILL its task a second
+    later (before a pdbench task stopped its servers); it is not heard, and the driver's
+    ``stop_job`` ends the job."""
+    marker = tmp_path / "up"
+    work = [("t", functools.partial(sleep_until_sigterm, str(marker)))]
+    (submitted,) = submit.submit(ClusterConfig(), tmp_path / "submitit", 1, "t", work)
+    controller = psutil.Process(submitted.job._process.pid)
+    try:
+        deadline = time.monotonic() + 60
+        while not marker.exists() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert marker.exists(), "the job did not start"
+        group = [controller, *controller.children(recursive=True)]
+        for proc in group:  # Ctrl-C reaches every process of the terminal's group
+            proc.send_signal(signal.SIGINT)
+        time.sleep(2.5)
+        assert all(p.is_running() and p.status() != psutil.STATUS_ZOMBIE for p in group)
+        assert not submitted.job.done()
+        stop_job(submitted.job)
+        deadline = time.monotonic() + 30
+        while not submitted.job.done() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert submitted.job.done()
+    finally:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            for proc in [*controller.children(recursive=True), controller]:
+                proc.kill()
