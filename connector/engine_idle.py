@@ -19,7 +19,7 @@ that much later (blocks freed up to that much later, against a lease of seconds)
 pdbench's launch spec sets the variable for every CPU P/D server, so the value is in the
 spec, the dry run and the server log. Measured on the same host and deployment, D idle
 with leases held: ~60% of a core with vLLM's loop, 16% waiting up to 10 ms, 6% up to 50 ms
-(this default); 3% once the leases had expired, with either.
+(this default); 3% once the leases had expired, with either (one 10 s ``top`` sample each).
 """
 
 from __future__ import annotations
