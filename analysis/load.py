@@ -112,6 +112,20 @@ def _first_line(text: str) -> str:
     return lines[0] if lines else ""
 
 
+# Workload fields that are not its shape: a Point's own history length and repetition (and
+# the seed, which is the repetition's), its load (named apart, below), an operational one.
+NOT_SHAPE = frozenset(
+    {"history_tokens", "repetition", "seed", "conversations", "concurrency", "request_timeout_s"}
+)
+
+
+def workload_shape(workload: dict[str, Any]) -> str:
+    """A Point's workload fields that make its requests what they are besides the Point's own
+    axes (the API, lengths, edits, ...), as canonical JSON."""
+    shape = {k: v for k, v in workload.items() if k not in NOT_SHAPE}
+    return json.dumps(shape, sort_keys=True, separators=(",", ":"), default=str)
+
+
 def point_row(run_dir: str, p: dict[str, Any]) -> dict[str, Any]:
     """The flat row of one PointResult (deployment and workload keys pulled up)."""
     dep = p.get("deployment") or {}
@@ -149,6 +163,7 @@ def point_row(run_dir: str, p: dict[str, Any]) -> dict[str, Any]:
         "block_size": (dep.get("server") or {}).get("block_size"),
         "history_tokens": int(history or 0),
         "kind": wl.get("kind", ""),
+        "workload_shape": workload_shape(wl),
         "conversations": wl.get("conversations"),
         "concurrency": wl.get("concurrency"),
         "turns": wl.get("turns"),
@@ -176,19 +191,34 @@ POINT_COLUMNS = list(point_row("", {"point_id": "?"}))
 
 
 def shape_kinds(rows: list[dict[str, Any]]) -> None:
-    """Name the workload shape in ``kind`` where a sweep varied it (in place).
+    """Name the workload shape in ``kind`` where one (deployment, kind, history length) holds
+    Points of several (in place): requests must pair within a shape, never across.
 
     ``workload.conversation_counts`` and ``concurrencies`` make Points that differ only in
-    their number of conversations or their concurrency, at one (deployment, kind, history
-    length): requests must pair within a shape, never across. Where one (deployment, kind,
-    history length) holds several shapes, ``kind`` becomes ``<kind> <N> conv x<C>``."""
-    shapes: dict[tuple, set] = {}
+    their load, named ``<kind> <N> conv x<C>``; jobs of a ``-m`` sweep that share a run dir
+    and its servers (``workload.api=completions,chat``) make Points that differ in another
+    workload field, named ``<kind> api=chat`` (each field that differs, ``key=value``; one
+    a record lacks is not compared: older records)."""
+    shapes: dict[tuple, dict[tuple, dict[str, Any]]] = {}
     for r in rows:
         cell = (r["deployment_id"], r["kind"], r["history_tokens"])
-        shapes.setdefault(cell, set()).add((r.get("conversations"), r.get("concurrency")))
+        load = (r.get("conversations"), r.get("concurrency"))
+        fields = json.loads(r.get("workload_shape") or "{}")
+        shapes.setdefault(cell, {})[(load, r.get("workload_shape") or "{}")] = fields
     for r in rows:
-        if len(shapes[(r["deployment_id"], r["kind"], r["history_tokens"])]) > 1:
-            r["kind"] = f"{r['kind']} {r.get('conversations')} conv x{r.get('concurrency')}"
+        cell = shapes[(r["deployment_id"], r["kind"], r["history_tokens"])]
+        if len(cell) < 2:
+            continue
+        name = [r["kind"]]
+        if len({load for load, _ in cell}) > 1:
+            name.append(f"{r.get('conversations')} conv x{r.get('concurrency')}")
+        mine = json.loads(r.get("workload_shape") or "{}")
+        common = set.intersection(*(set(f) for f in cell.values()))
+        for key in sorted(common):
+            if len({json.dumps(f[key], sort_keys=True) for f in cell.values()}) > 1:
+                value = mine[key]
+                name.append(f"{key}={value if isinstance(value, str) else json.dumps(value)}")
+        r["kind"] = " ".join(name)
 
 
 def turn_rows(point: dict[str, Any], row: dict[str, Any]) -> list[dict[str, Any]]:

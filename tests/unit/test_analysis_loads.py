@@ -8,6 +8,7 @@ import pytest
 
 from analysis.deployment import Context
 from analysis.load import records_to_run_data
+from analysis.pairs import paired, request_frame
 from analysis.question import Note
 from analysis.questions import control, crossover
 from analysis.saving_curve import GRID, Shape, band_grid
@@ -140,3 +141,31 @@ def test_loads_measured_at_different_lengths_stay_apart():
         assert c.decided and c.low <= truth <= c.high
     kinds = {c.kind for c in a.measured.cells}
     assert kinds == {"multi_turn", "multi_turn 2 conv x1", "multi_turn 2 conv x8"}
+
+
+def test_jobs_sharing_a_run_dir_with_another_api_pair_within_their_api():
+    """A ``-m`` sweep over ``workload.api`` shares servers and a run dir: its Points have the
+    same deployment, kind, length, repetition, conversation and turn ids. Each API's
+    requests pair with their own twins (chat's template makes other prompts), never averaged
+    with the other API's."""
+    chat_dep = SyntheticDeployment(c0_s=0.02, c2_s=3e-8, alpha_s=0.004)  # chat costs more
+
+    def api(name):
+        def edit(point, requests):  # noqa: ARG001
+            point["point_id"] += f"-{name}"
+            point["workload"] = {**point["workload"], "api": name}
+
+        return edit
+
+    items = load_records({1: DEP}, LENGTHS, repetitions=2, edit=api("completions"))
+    items += load_records({1: chat_dep}, LENGTHS, repetitions=2, edit=api("chat"))
+    data = records_to_run_data(items)
+    req = request_frame(data)
+    assert set(req["kind"]) == {"multi_turn api=chat", "multi_turn api=completions"}
+    pairs = paired(req, "pull", "recompute")
+    per_api = len(req[req["flow"] == "pull"]) // 2
+    assert len(pairs) == 2 * per_api  # every request paired with its twin of the same API
+    by_kind = pairs.groupby("kind")["d_ms"].mean()
+    assert by_kind["multi_turn api=chat"] != by_kind["multi_turn api=completions"]
+    (a,) = Context.of(data).deployments()
+    assert {c.kind for c in a.measured.cells} == set(req["kind"])
