@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pdbench.config.schema import ClusterConfig, ExecutorKind
+from pdbench.config.schema import ClusterConfig
 from pdbench.driver.executors import make_executor
 from pdbench.driver.progress import JobOutcome, follow_all, stop_job
 
@@ -71,7 +71,7 @@ def submit(
     on SLURM). ``sbatch``: the script the launch spec holds, checked against what SLURM got;
     ``points``: the most Points one job measures (how many requeues it may need)."""
     executor = make_executor(cluster, folder, nodes, job_name, points)
-    with deaf_to_ctrl_c(cluster.executor is ExecutorKind.local):
+    with deaf_to_ctrl_c():  # a local job's controller and tasks; sbatch returns at once
         if len(work) == 1:
             jobs = [executor.submit(work[0][1])]
         else:
@@ -102,11 +102,11 @@ STOP_WAIT_S = 120.0  # how long a stopped driver waits for its jobs to stop thei
 
 
 @contextmanager
-def deaf_to_ctrl_c(deaf: bool = True) -> Iterator[None]:
-    """While open (and ``deaf``), SIGINT is ignored here and in every process started
-    meanwhile: an ignored signal stays ignored across ``exec`` and Python keeps it so. A
-    Ctrl-C in that moment is lost (submitting a local job takes milliseconds)."""
-    if not deaf or threading.current_thread() is not threading.main_thread():
+def deaf_to_ctrl_c() -> Iterator[None]:
+    """While open, SIGINT is ignored here and in every process started meanwhile: an
+    ignored signal stays ignored across ``exec`` and Python keeps it so. A Ctrl-C in that
+    moment is lost (submitting a job takes milliseconds to a second)."""
+    if threading.current_thread() is not threading.main_thread():
         yield
         return
     previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
