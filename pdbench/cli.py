@@ -362,7 +362,6 @@ def dispatch(
 ) -> None:
     """Run ``cfg.command``; ``origin``: the command line (every job of a sweep shares it);
     ``sweep`` and ``later``: a run's, see ``_run``."""
-    cfg.dir = str(Path(cfg.dir).expanduser().resolve())  # jobs may start elsewhere
     if cfg.command is Command.run:
         _run(cfg, origin, sweep, later)
         return
@@ -408,7 +407,7 @@ def run_jobs(jobs: Jobs, origin: LaunchOrigin, multirun: bool, debug: bool) -> N
     followed together at its end."""
     jobs.composer.configure_logging()  # as Hydra does for a job
     sweep: list[Launched] | None = [] if multirun else None
-    for job in jobs:  # as dispatch does: a later job's paths compared with an earlier one's
+    for job in jobs:  # once, here: jobs may start elsewhere; sweep jobs' dirs are compared
         job.cfg.dir = str(Path(job.cfg.dir).expanduser().resolve())
     later = later_jobs([job.cfg for job in jobs]) if multirun else [[] for _ in jobs]
     try:

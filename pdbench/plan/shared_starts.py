@@ -22,7 +22,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import replace
-from pathlib import Path
 
 from pdbench.config.schema import Command, ExecutorKind, RunConfig
 from pdbench.plan.deployments import Plan, make_plan
@@ -31,7 +30,8 @@ from pdbench.results.jsonable import to_jsonable
 
 
 def sharing_key(cfg: RunConfig) -> str | None:
-    """Jobs with equal keys may share their servers; None: this job never does."""
+    """Jobs with equal keys may share their servers; None: this job never does. ``cfg.dir``
+    as the CLI resolved it (an absolute path: two spellings of one dir are equal)."""
     if (
         cfg.command is not Command.run
         or cfg.cluster.executor is not ExecutorKind.local
@@ -40,7 +40,6 @@ def sharing_key(cfg: RunConfig) -> str | None:
         return None
     config = to_jsonable(cfg)
     config["workload"] = {"request_timeout_s": cfg.workload.request_timeout_s}
-    config["dir"] = str(Path(cfg.dir).expanduser().resolve())
     return stable_hash(config, 16)
 
 
