@@ -55,10 +55,9 @@ def wrap_config_check(platform_class: Any, method: str) -> bool:
     it is wrapped; idempotent (the first method holds)."""
     if getattr(platform_class, _WRAPPED, None) is not None:
         return True
-    check = getattr(platform_class, "check_and_update_config", None)
-    if check is None:
-        return False  # another vLLM: leave its platform alone
-    original = check.__func__
+    original = getattr(getattr(platform_class, "check_and_update_config", None), "__func__", None)
+    if original is None:
+        return False  # another vLLM (no such classmethod): leave its platform alone
 
     def check_and_update_config(cls, vllm_config):
         original(cls, vllm_config)

@@ -73,8 +73,14 @@ def test_a_platform_without_the_check_is_left_alone():
     class Other:
         pass
 
+    class Static:
+        @staticmethod
+        def check_and_update_config(vllm_config) -> None:
+            pass
+
     assert not wrap_config_check(Other, "fork")
     assert not hasattr(Other, "check_and_update_config")
+    assert not wrap_config_check(Static, "fork")  # not the classmethod vLLM 0.32 has
 
 
 def test_vllm_finds_the_plugin_among_its_general_plugins():
