@@ -4,8 +4,10 @@ vLLM-CPU's platform sets ``VLLM_WORKER_MULTIPROC_METHOD=spawn`` in its config ch
 (``vllm/platforms/cpu.py``), so every CPU server imports vLLM and torch twice: once in the
 API server, again in the engine core it spawns. On GPUs vLLM forks the engine core (it
 spawns only for its own reasons: CUDA already initialised, Ray, NUMA binding). Measured on
-a 2-core host, one tiny-model P/D server started alone: healthy in 20.5 s spawned, 12.2 s
-forked; the engine core's CPU time 12 s -> 4 s; the same greedy tokens.
+a 2-core host, a smoke P/D pair (``python -m pdbench serve +experiment=smoke
++server.env.PDBENCH_ENGINE_START=spawn|fork``, two starts each way, alternated): healthy in
+19-20 s spawned, 11-12 s forked; each engine core 10 s of CPU to start spawned, 3 s forked;
+the smoke run's flows token-exact against agg either way.
 
 ``register`` is pdbench's vLLM general plugin (entry point ``vllm.general_plugins``; vLLM
 loads it in every process while parsing its arguments, before any config is made). With
