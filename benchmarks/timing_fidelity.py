@@ -151,6 +151,9 @@ def compare(
         "ttft_error_ms": ttft_ms - true["ttft_ms"],
         "itl_error_ms": [m - t for m, t in zip(itl_ms, true["itl_ms"], strict=False)],
         "itl_count_ok": len(itl_ms) == len(true["itl_ms"]),
+        # source chunks the client got in one read with the one before (a late source sends
+        # its overdue chunks back to back; a client cannot time what arrives together)
+        "itl_gaps_merged": max(0, len(true["itl_ms"]) - len(itl_ms)),
         "tpot_error_ms": None if tpot_ms is None else tpot_ms - true["tpot_ms"],
         "e2e_error_ms": None if e2e_ms is None else e2e_ms - true["e2e_ms"],
         "ids_equal": None if ids is None else ids == truth["token_ids"],
@@ -171,6 +174,10 @@ def summarize(rows: list[dict[str, Any]], requests: int, failed: list[str]) -> d
         "errors": failed[:5],
         "ids_equal": (all(ids) if ids else None),
         "itl_count_mismatches": sum(not r["itl_count_ok"] for r in rows),
+        # of those, requests with fewer gaps than the source sent chunks (merged on arrival;
+        # a mismatch that is not one is a client error), and the gaps merged in all
+        "itl_chunks_merged": sum(r.get("itl_gaps_merged", 0) > 0 for r in rows),
+        "itl_gaps_merged": sum(r.get("itl_gaps_merged", 0) for r in rows),
         "ttft_abs_error_ms": stats([abs(e) for e in ttft]),
         "itl_abs_error_ms": stats([abs(e) for e in itl]),
         "tpot_abs_error_ms": stats([abs(e) for e in tpot]),

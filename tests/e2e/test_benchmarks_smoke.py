@@ -49,7 +49,11 @@ def test_timing_fidelity_writes_matched_errors_for_each_stream_count(tmp_path):
     assert set(data["results"]["pdbench"]) == {"1", "8"}
     for streams, r in data["results"]["pdbench"].items():
         assert r["requests"] == r["matched"] == 2 * int(streams), (streams, r["errors"])
-        assert r["failed"] == 0 and r["itl_count_mismatches"] == 0
+        assert r["failed"] == 0 and r["ids_equal"] is True  # every token, in order
+        # Every ITL the client counts is a gap the source made: it may count fewer, when two
+        # chunks arrive in one read (a source starved of CPU sends its overdue chunks back
+        # to back: seen with 8 streams on a loaded 2-core host), never more.
+        assert r["itl_count_mismatches"] == r["itl_chunks_merged"], r
         assert r["ids_equal"] is True
         for key in ("ttft_abs_error_ms", "itl_abs_error_ms", "source_late_ms"):
             assert set(r[key]) == STAT_KEYS
@@ -93,12 +97,15 @@ def test_vllm_bench_serve_is_driven_against_the_same_source(tmp_path):
     vb, pd = results["vllm_bench_serve"], results["pdbench"]
     assert "unavailable" not in vb, vb.get("unavailable")
     assert vb["2"]["matched"] == vb["2"]["requests"] == 2
-    assert vb["2"]["itl_count_mismatches"] == 0
+    assert vb["2"]["itl_count_mismatches"] == vb["2"]["itl_chunks_merged"]  # merged only
     assert set(vb["2"]["itl_abs_error_ms"]) == STAT_KEYS
     # The same definitions: one ITL per chunk (4 chunks: 3 gaps), TPOT per request.
     for r in (vb["2"], pd["2"]):
-        assert r["reported"]["itl_ms"]["n"] == r["truth"]["itl_ms"]["n"] == 2 * 3
-        assert r["reported"]["tpot_ms"]["n"] == 2 and r["reported"]["tokens_per_chunk"] == 2.0
+        assert r["truth"]["itl_ms"]["n"] == 2 * 3
+        assert r["reported"]["itl_ms"]["n"] + r["itl_gaps_merged"] == 2 * 3
+        chunks = r["reported"]["itl_ms"]["n"] + 2  # a request's chunks: its gaps + 1
+        assert r["reported"]["tpot_ms"]["n"] == 2
+        assert r["reported"]["tokens_per_chunk"] == pytest.approx(2 * 8 / chunks)  # 2.0 unmerged
     assert vb["2"]["reported"]["vllm_summary_ms"]["mean_tpot_ms"] > 0
 
 

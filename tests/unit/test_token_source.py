@@ -102,6 +102,12 @@ def test_errors_are_measured_minus_true():
     s = summarize([row, wrong], requests=3, failed=["boom"])
     assert s["matched"] == 2 and s["failed"] == 1 and s["ids_equal"] is False
     assert s["itl_count_mismatches"] == 1
+    # one gap fewer than the source's: two chunks that arrived in one read
+    assert wrong["itl_gaps_merged"] == 1 and s["itl_chunks_merged"] == s["itl_gaps_merged"] == 1
+    extra = compare(51.5, [5.0, 5.0, 1.0], truth, ids=[4, 5, 6])  # a gap never sent: an error
+    assert extra["itl_count_ok"] is False and extra["itl_gaps_merged"] == 0
+    s2 = summarize([row, extra], requests=2, failed=[])
+    assert s2["itl_count_mismatches"] == 1 and s2["itl_chunks_merged"] == 0
     assert s["itl_abs_error_ms"]["max"] == pytest.approx(0.5)
     assert stats([])["n"] == 0
 
