@@ -151,8 +151,8 @@ def compare(
         "ttft_error_ms": ttft_ms - true["ttft_ms"],
         "itl_error_ms": [m - t for m, t in zip(itl_ms, true["itl_ms"], strict=False)],
         "itl_count_ok": len(itl_ms) == len(true["itl_ms"]),
-        # source chunks the client got in one read with the one before (a late source sends
-        # its overdue chunks back to back; a client cannot time what arrives together)
+        # source chunks the client got in one read with the one before (the client, or the
+        # source, ran late on a loaded host; a client cannot time what it reads together)
         "itl_gaps_merged": max(0, len(true["itl_ms"]) - len(itl_ms)),
         "tpot_error_ms": None if tpot_ms is None else tpot_ms - true["tpot_ms"],
         "e2e_error_ms": None if e2e_ms is None else e2e_ms - true["e2e_ms"],
