@@ -35,35 +35,12 @@ import pandas as pd
 from analysis.predict import MAX_TOKENS
 from analysis.saving_curve import Crossover, Shape
 from analysis.stats import Spread, Status, bootstrap_interval
+from pdbench.results.interval import Interval
 
 P_PARTS = ("p_queue_ms", "p_compute_ms", "p_pull_ms")
 COLUMNS = ["kind", "h", "repetition", "turn", "flow", "x", "spent_ms"]
 STRATUM = ["kind", "h"]
 CLUSTER = [*STRATUM, "repetition"]
-
-
-@dataclass(frozen=True)
-class Interval:
-    """A value with its 95% interval (``low``/``high`` None: open or unknown on that side)."""
-
-    value: float | None
-    low: float | None = None
-    high: float | None = None
-
-    def text(self, fmt: str = "{:,.0f}") -> str:
-        if self.value is None:
-            return "n/a"
-        lo = fmt.format(self.low) if self.low is not None else "?"
-        hi = fmt.format(self.high) if self.high is not None else "?"
-        return f"{fmt.format(self.value)} [{lo}, {hi}]"
-
-    def to_dict(self) -> dict:
-        return {"value": self.value, "low": self.low, "high": self.high}
-
-    @classmethod
-    def from_dict(cls, d: dict | None) -> Interval:
-        d = d or {}
-        return cls(d.get("value"), d.get("low"), d.get("high"))
 
 
 @dataclass(frozen=True)

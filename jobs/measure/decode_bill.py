@@ -25,7 +25,7 @@ from jobs.measure.kv_sampler import EXPIRED
 from pdbench.results.store import DecodeBill, RequestRecord
 
 # turns P prefilled and D decoded
-D_PATHS = ("pull", "recompute", "recompute_expired", "recompute_diverged")
+D_PATHS = ("pull", "recompute", "recompute_expired", "recompute_diverged", "recompute_policy")
 
 
 def above_baseline_block_s(samples: list[list[float]], blocks: int, t_from: float = 0.0) -> float:

@@ -17,6 +17,10 @@ a request naming none stands alone. Per turn, by the flow set with ``POST /pdben
   (a client edited the history), P recomputes (``recompute_diverged``).
 - ``decode_first``: if the share of the prompt D already holds is at or above
   ``cache_hit_threshold``, D serves the turn alone; otherwise the fallback flow.
+- ``policy``: as ``pull`` where the turn could pull (same guards), but the rule of the
+  deployment's ``policy.json`` entry (``pdbench.results.policy_rule``) decides per turn
+  whether P pulls or recomputes (``recompute_policy``), from the history D holds and the
+  turns in flight at the conversation's P (this one included: the router's own count).
 
 A conversation sticks to one P and one D. The route taken is returned in the response
 header ``X-Pdbench-Path`` and written, with the tokens and spans of the turn, to the
@@ -69,6 +73,9 @@ from jobs.serving.sessions import (
     session_of,
 )
 from pdbench.config.schema import Flow
+from pdbench.results import policy_file
+from pdbench.results.policy_file import PolicyTarget
+from pdbench.results.policy_rule import PullRule
 
 FLOWS = tuple(f.value for f in Flow)
 IDLE_MARGIN_S = 60.0  # a conversation idle this long past D's TTL is forgotten
@@ -94,6 +101,48 @@ class RouterConfig:
     params_wait_s: float = 2.0  # how long D's plugin may take to have a turn's KV params
     request_log: str = ""  # where each request's TurnLog line goes ("": nowhere)
     bidirectional: bool = True  # D keeps its KV for P (pull and decode_first need it)
+    # flow policy: the policy.json, what its entry must match (PolicyTarget's fields) and
+    # whether a mismatched entry runs anyway (pdbench.validate.policy checked it before)
+    policy: str = ""
+    policy_target: dict[str, Any] | None = None
+    policy_force: bool = False
+
+
+@dataclass
+class LoadedPolicy:
+    """The policy entry the router applies, as its stats report it."""
+
+    path: str
+    rule: PullRule
+    differs: list[str]  # what differs from this deployment ([]: measured on one like it)
+
+    def describe(self) -> dict[str, Any]:
+        entry = self.rule.entry
+        return {
+            "path": self.path,
+            "deployment_id": entry.deployment_id,
+            "label": entry.label,
+            "rule": self.rule.kind,
+            "forced": bool(self.differs),
+            "differs": self.differs,
+        }
+
+
+def load_policy(config: RouterConfig) -> LoadedPolicy | None:
+    """The entry of ``config.policy`` for this deployment, or None without a policy;
+    ValueError when it cannot run here (unreadable, another deployment unless forced, no
+    rule)."""
+    if not config.policy:
+        return None
+    policy = policy_file.read(config.policy)
+    target = PolicyTarget(**(config.policy_target or {}))
+    entry, differs = policy_file.entry_for(policy, target)
+    if entry is None or (differs and not config.policy_force):
+        raise ValueError(f"{config.policy}: no entry for {target.describe()}: {'; '.join(differs)}")
+    rule = PullRule(entry)
+    if rule.problem:
+        raise ValueError(f"{config.policy}: entry {entry.label}: {rule.problem}")
+    return LoadedPolicy(config.policy, rule, differs)
 
 
 @dataclass
@@ -137,9 +186,14 @@ class Router:
     def __init__(self, config: RouterConfig):
         self.config = config
         self.conversations = Conversations(config.decoder_kv_blocks_ttl_s + IDLE_MARGIN_S)
+        self.loaded_policy = load_policy(config)
         self.policy = RoutePolicy(
-            config.cache_hit_threshold, config.decode_first_fallback, config.decoder_kv_blocks_ttl_s
+            config.cache_hit_threshold,
+            config.decode_first_fallback,
+            config.decoder_kv_blocks_ttl_s,
+            self.loaded_policy.rule if self.loaded_policy else None,
         )
+        self.in_flight: dict[str, int] = {}  # P url -> turns in flight of its conversations
         self.tag = "x"
         self.session = None
         self.log = RequestLog(config.request_log)
@@ -194,14 +248,55 @@ class Router:
         log.prompt_tokens = len(prompt)
         if state.settled is not None:  # the last turn's params first (bounded: see _remember_d)
             await state.settled.wait()
-        route = self.policy.choose(flow, state, prompt, time.monotonic())
+        p_url = pick(self.config.prefill_urls, conversation) if self.config.prefill_urls else ""
+        self.in_flight[p_url] = self.in_flight.get(p_url, 0) + 1
+        try:
+            return await self._serve_turn(
+                request,
+                api,
+                flow,
+                state,
+                session,
+                conversation,
+                prompt,
+                upstream,
+                raw,
+                rid,
+                log,
+                timing,
+                p_url,
+            )
+        finally:
+            self.in_flight[p_url] -= 1
+
+    async def _serve_turn(
+        self,
+        request,
+        api,
+        flow,
+        state,
+        session,
+        conversation,
+        prompt,
+        upstream,
+        raw,
+        rid,
+        log,
+        timing,
+        p_url,
+    ):
+        """Route one turn (``p_url``: its P, whose turns in flight are the policy's load)."""
+        log.load_in_flight = self.in_flight.get(p_url, 0)
+        route = self.policy.choose(flow, state, prompt, time.monotonic(), log.load_in_flight)
         self.stats.paths[route.path] = self.stats.paths.get(route.path, 0) + 1
         log.path, log.diverged_at, log.offered_tokens = route.path, route.diverged_at, route.offered
+        if route.decision is not None:
+            log.decision = route.decision.record()
         if state.d_params is not None and route.diverged_at < 0:
             log.held_tokens = min(state.d_tokens, len(prompt))
         # The next turn of this conversation waits until this one's D params are settled.
         settled = None
-        if session and flow in ("pull", "decode_first") and route.path != "agg":
+        if session and flow in ("pull", "decode_first", "policy") and route.path != "agg":
             settled = state.settled = asyncio.Event()
         try:
             response = await self._route(
@@ -448,11 +543,13 @@ class Router:
             return f"flow={flow!r}: use one of {FLOWS}"
         if flow != "agg" and not (c.prefill_urls and c.decode_urls):
             return f"flow={flow}: this deployment has no prefill and decode instances"
-        if flow in ("pull", "decode_first") and not c.bidirectional:
+        if flow in ("pull", "decode_first", "policy") and not c.bidirectional:
             return (
                 f"flow={flow}: D does not keep its KV for P on this deployment (it was "
-                "started without pull or decode_first among its flows)"
+                "started without pull, decode_first or policy among its flows)"
             )
+        if flow == "policy" and self.loaded_policy is None:
+            return "flow=policy: the router was started without a policy (flow.policy=PATH)"
         return ""
 
     async def handle_stats(self, request):
@@ -468,6 +565,7 @@ class Router:
                 "failed": s.failed,
                 "retries": s.retries,
                 "conversations": len(self.conversations),
+                "policy": self.loaded_policy.describe() if self.loaded_policy else None,
             }
         )
 

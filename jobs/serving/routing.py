@@ -15,6 +15,7 @@ from typing import Any
 
 from jobs.serving.sessions import ConversationState, diverges_at
 from pdbench.plan.kv_lease import pull_window_s
+from pdbench.results.policy_rule import PullDecision, PullRule
 
 
 @dataclass
@@ -39,6 +40,7 @@ class Route:
     d_alone: bool = False
     offered: int = 0  # tokens of D's KV P may pull (or D reuses, alone)
     diverged_at: int = -1  # where the prompt parted from D's tokens (-1: it did not)
+    decision: PullDecision | None = None  # flow policy: what the rule said, and why
 
 
 def pick(urls: list[str], conversation: str) -> str:
@@ -74,10 +76,17 @@ def held_share(state: ConversationState, prompt_tokens: int) -> float:
 class RoutePolicy:
     """The router's settings that decide routes, and the counts of what was decided."""
 
-    def __init__(self, cache_hit_threshold: float, decode_first_fallback: str, ttl_s: float):
+    def __init__(
+        self,
+        cache_hit_threshold: float,
+        decode_first_fallback: str,
+        ttl_s: float,
+        pull_rule: PullRule | None = None,
+    ):
         self.cache_hit_threshold = cache_hit_threshold
         self.decode_first_fallback = decode_first_fallback
         self.ttl_s = ttl_s
+        self.pull_rule = pull_rule  # flow policy's rule (policy.json); None: no policy given
         self.stats = RouterStats()
 
     def lease_valid(self, state: ConversationState, now: float) -> bool:
@@ -86,9 +95,12 @@ class RoutePolicy:
         (``pdbench.plan.kv_lease``)."""
         return now - state.d_params_at < pull_window_s(self.ttl_s)
 
-    def choose(self, flow: str, state: ConversationState, prompt: list[int], now: float) -> Route:
+    def choose(
+        self, flow: str, state: ConversationState, prompt: list[int], now: float, load: int = 1
+    ) -> Route:
         """The route of a turn whose prompt is ``prompt`` (token ids). D's KV is used only
-        for a prompt that extends exactly the tokens D holds (``diverges_at``)."""
+        for a prompt that extends exactly the tokens D holds (``diverges_at``). ``load``:
+        the turns in flight at the conversation's P, this one included (flow policy)."""
         if flow == "agg":
             return Route("agg", None)
         diverged = -1
@@ -104,12 +116,24 @@ class RoutePolicy:
             ):
                 return Route("decode_first", None, True, state.d_tokens)
             flow = self.decode_first_fallback
-        if flow == "pull" and state.d_params is not None:
+        if flow in ("pull", "policy") and state.d_params is not None:
             if not extends:
                 self.stats.diverged += 1
                 return Route("recompute_diverged", dict(P_FIRST_PARAMS), diverged_at=diverged)
             if self.lease_valid(state, now):
+                if flow == "policy":
+                    return self._by_rule(state, load)
                 return Route("pull", dict(state.d_params), offered=state.d_tokens)
             self.stats.expired_leases += 1
             return Route("recompute_expired", dict(P_FIRST_PARAMS))
         return Route("recompute", dict(P_FIRST_PARAMS))
+
+    def _by_rule(self, state: ConversationState, load: int) -> Route:
+        """Flow policy on a turn that could pull: the policy's rule decides (its inputs: the
+        history D holds and the load in flight at P)."""
+        if self.pull_rule is None:
+            raise RuntimeError("flow policy without a policy (the router was given none)")
+        decision = self.pull_rule.decide(state.d_tokens, load)
+        if decision.pull:
+            return Route("pull", dict(state.d_params), offered=state.d_tokens, decision=decision)
+        return Route("recompute_policy", dict(P_FIRST_PARAMS), decision=decision)

@@ -32,6 +32,7 @@ class Flow(Enum):
     recompute = "recompute"
     pull = "pull"
     decode_first = "decode_first"
+    policy = "policy"
 
 
 class Placement(Enum):
@@ -288,6 +289,12 @@ class FlowConfig:
     kv_tail: bool = False
     cache_hit_threshold: float = 0.8
     decode_first_fallback: Flow = Flow.pull
+    # flow policy: the policy.json (``python -m analysis`` of an earlier run) whose rule the
+    # router applies per turn (pdbench/results/policy_rule.py). Its entry must be for this
+    # deployment (model, transport, TP pair, topology class, block size); policy_force runs
+    # the nearest entry anyway, and the records say so.
+    policy: str = ""
+    policy_force: bool = False
 
 
 @dataclass

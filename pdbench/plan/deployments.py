@@ -41,10 +41,28 @@ from pdbench.plan.identity import measured, stable_hash
 from pdbench.plan.lengths import usable_history
 from pdbench.plan.points import Point, deployment_points
 from pdbench.results.jsonable import to_jsonable
+from pdbench.results.policy_file import PolicyTarget
 
 SIDE_CHANNEL_STRIDE = 64
 VLLM_PORT_STRIDE = 16  # ports of one instance's VLLM_PORT range (vLLM scans up from there)
-PD_FLOWS = (Flow.recompute, Flow.pull, Flow.decode_first)
+PD_FLOWS = (Flow.recompute, Flow.pull, Flow.decode_first, Flow.policy)
+# flows that hand P the KV D kept: D must keep it (bidirectional_kv_xfer)
+KEEPS_D_KV = (Flow.pull, Flow.decode_first, Flow.policy)
+
+
+def policy_target(
+    model: ModelConfig, topology: TopologyConfig, transport: TransportConfig, server: ServerConfig
+) -> PolicyTarget:
+    """What a policy.json entry must match to apply to these servers
+    (``pdbench.results.policy_file.entry_for``); the topology class from the placement."""
+    return PolicyTarget(
+        model=str(model.name),
+        transport=str(transport.name),
+        tp_prefill=topology.prefill.tp,
+        tp_decode=topology.decode.tp,
+        topology_class=topology.placement.value,
+        block_size=server.block_size,
+    )
 
 
 @dataclass(frozen=True)
@@ -124,6 +142,9 @@ class Deployment:
 
     def by_role(self, role: str) -> list[Instance]:
         return [i for i in self.instances if i.role == role]
+
+    def policy_target(self) -> PolicyTarget:
+        return policy_target(self.model, self.topology, self.transport, self.server)
 
     @property
     def agg_instance(self) -> Instance:
@@ -271,7 +292,7 @@ def make_plan(cfg: RunConfig) -> Plan:
 def make_deployments(cfg: RunConfig, flows: list[Flow]) -> list[Deployment]:
     """One Deployment per ``kv_recompute_threshold`` x TTL (``deployment_axes``), its
     instances placed (``place_instances``) and its id hashed from its ``key``."""
-    bidirectional = any(f in (Flow.pull, Flow.decode_first) for f in flows)
+    bidirectional = any(f in KEEPS_D_KV for f in flows)
     instances, nodes = place_instances(cfg)
     deployments = []
     for threshold, flow_config, suffix in deployment_axes(cfg.flow):

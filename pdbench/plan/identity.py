@@ -22,7 +22,8 @@ server     vLLM flags, KV space, threads, env, extra     startup_timeout_s, base
 flow       kv_recompute_threshold, decoder_kv_blocks_   kv_sample_period_s (how often D's KV
            ttl_s, kv_tail (D waits out the TTL after    occupancy is read, not what D does)
            each Point); for decode_first Points also
-           cache_hit_threshold, decode_first_fallback
+           cache_hit_threshold, decode_first_fallback;
+           for policy Points policy, policy_force
 workload   every field (shape, rate, seed, history)      request_timeout_s
 connector  trace (tracing costs time on the servers)
 others     -                                             cluster, tracking, launch, bench, name,
@@ -66,6 +67,7 @@ OPERATIONAL: dict[str, frozenset[str]] = {
 # Router knobs that change only the Points of one flow: in those Points' ids.
 FLOW_KNOBS: dict[str, tuple[str, ...]] = {
     "decode_first": ("cache_hit_threshold", "decode_first_fallback"),
+    "policy": ("policy", "policy_force"),
 }
 
 # Lists whose values become separate Deployments or Points (dotted keys).

@@ -22,6 +22,7 @@ between the dry run and the job.
 from __future__ import annotations
 
 import json
+import os
 import shlex
 import sys
 from dataclasses import asdict, dataclass, field
@@ -334,6 +335,9 @@ def router_settings(flow: FlowConfig, request_timeout_s: float, port: int) -> di
         "decode_first_fallback": flow.decode_first_fallback.value,
         "decoder_kv_blocks_ttl_s": flow.decoder_kv_blocks_ttl_s,
         "request_timeout_s": request_timeout_s,
+        # flow policy: the router reads the file itself (absolute: its cwd is the job's)
+        "policy": os.path.abspath(flow.policy) if flow.policy else "",
+        "policy_force": flow.policy_force,
     }
 
 
@@ -363,6 +367,8 @@ def _router_spec(
         "kv_params_urls": [i.kv_params_url for i in instances if i.role == "decode"],
         "host": host,
         "bidirectional": dep.bidirectional,  # D keeps its KV for P: pull, decode_first
+        # what the policy's entry must match (pdbench.results.policy_file.entry_for)
+        "policy_target": dep.policy_target() if dep.flow.policy else None,
         # every request the router serves, one line each (jobs.serving.request_log)
         "request_log": str(logs / "router_requests.jsonl"),
         **router_settings(dep.flow, timeout_s, port),

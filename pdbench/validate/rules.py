@@ -3,8 +3,9 @@
 ``validate(cfg)`` returns every problem at once, each naming the field, its value, what is
 wrong and how to fix it; ``check(cfg)`` raises one ``ConfigError`` listing them all. Both are
 pure: nothing is started or created, nothing is read but the model path (when it is a local
-one), the machine's core count and memory size (CPU clusters) and whether ``dir`` and
-``cache_dir`` (or their nearest existing parent) are writable directories.
+one), the policy flow's ``flow.policy`` file, the machine's core count and memory size (CPU
+clusters) and whether ``dir`` and ``cache_dir`` (or their nearest existing parent) are
+writable directories.
 
 Decisions worth knowing:
 
@@ -49,6 +50,7 @@ from pdbench.validate import capacity
 from pdbench.validate.bench import check_transfer_bench
 from pdbench.validate.gpu import GPU_RULES
 from pdbench.validate.model_source import is_local_path, weights_in
+from pdbench.validate.policy import check_policy, warn_policy_forced
 from pdbench.validate.premises import PREMISE_RULES, PREMISE_WARNINGS
 from pdbench.validate.unchecked import warn_model_path_checked_on_the_nodes
 
@@ -790,6 +792,7 @@ RULES: tuple[Rule, ...] = (
     check_tensor_parallel,
     check_capacity,
     check_flows,
+    check_policy,
     check_kv_cache,
     check_workload_fits,
     check_ports,
@@ -804,7 +807,11 @@ RULES: tuple[Rule, ...] = (
     *PREMISE_RULES,
     check_transfer_bench,
 )
-WARNINGS: tuple[Rule, ...] = (*PREMISE_WARNINGS, warn_model_path_checked_on_the_nodes)
+WARNINGS: tuple[Rule, ...] = (
+    *PREMISE_WARNINGS,
+    warn_model_path_checked_on_the_nodes,
+    warn_policy_forced,
+)
 
 
 def validate(cfg: RunConfig) -> list[ConfigProblem]:

@@ -52,7 +52,7 @@ def setting(cfg: RunConfig, dotted: str, value: Any) -> RunConfig:
 
 def all_flows() -> RunConfig:
     cfg = cpu_run()
-    cfg.flow.flows = [Flow.agg, Flow.recompute, Flow.pull, Flow.decode_first]
+    cfg.flow.flows = [Flow.agg, Flow.recompute, Flow.pull, Flow.decode_first, Flow.policy]
     return cfg
 
 
