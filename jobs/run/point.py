@@ -154,6 +154,8 @@ async def drive(serving: Serving, point: Point, label: str):
         Flow.recompute: prefill_names,
         Flow.pull: prefill_names,
         Flow.policy: prefill_names,
+        Flow.static_light: prefill_names,
+        Flow.static_heavy: prefill_names,
         Flow.decode_first: prefill_names + [i.name for i in dep.by_role("decode")],
     }[point.flow]
     specs = build_conversations(wl, point.history_tokens, dep.model.vocab_size)

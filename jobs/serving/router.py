@@ -21,6 +21,8 @@ a request naming none stands alone. Per turn, by the flow set with ``POST /pdben
   deployment's ``policy.json`` entry (``pdbench.results.policy_rule``) decides per turn
   whether P pulls or recomputes (``recompute_policy``), from the history D holds and the
   turns in flight at the conversation's P (this one included: the router's own count).
+- ``static_light``, ``static_heavy``: the same, by the entry's threshold of its lightest
+  (heaviest) measured load at every load: the static rules the policy is checked against.
 
 A conversation sticks to one P and one D. The route taken is returned in the response
 header ``X-Pdbench-Path`` and written, with the tokens and spans of the turn, to the
@@ -60,6 +62,8 @@ from jobs.serving.router_headers import (
 )
 from jobs.serving.routing import (
     D_ALONE_PARAMS,
+    PULL_FLOWS,
+    RULE_FLOWS,
     RoutePolicy,
     RouterStats,
     pick,
@@ -75,7 +79,13 @@ from jobs.serving.sessions import (
 from pdbench.config.schema import Flow
 from pdbench.results import policy_file
 from pdbench.results.policy_file import PolicyTarget
-from pdbench.results.policy_rule import PullRule
+from pdbench.results.policy_rule import (
+    STATIC_HEAVY,
+    STATIC_LIGHT,
+    PullRule,
+    StaticRule,
+    rules_of,
+)
 
 FLOWS = tuple(f.value for f in Flow)
 IDLE_MARGIN_S = 60.0  # a conversation idle this long past D's TTL is forgotten
@@ -113,16 +123,18 @@ class LoadedPolicy:
     """The policy entry the router applies, as its stats report it."""
 
     path: str
-    rule: PullRule
+    rules: dict[str, PullRule | StaticRule]  # by the flow that applies it (rules_of)
     differs: list[str]  # what differs from this deployment ([]: measured on one like it)
 
     def describe(self) -> dict[str, Any]:
-        entry = self.rule.entry
+        entry = self.rules["policy"].entry
         return {
             "path": self.path,
             "deployment_id": entry.deployment_id,
             "label": entry.label,
-            "rule": self.rule.kind,
+            "rule": self.rules["policy"].kind,
+            "static_light": self.rules[STATIC_LIGHT].threshold,
+            "static_heavy": self.rules[STATIC_HEAVY].threshold,
             "forced": bool(self.differs),
             "differs": self.differs,
         }
@@ -139,10 +151,10 @@ def load_policy(config: RouterConfig) -> LoadedPolicy | None:
     entry, differs = policy_file.entry_for(policy, target)
     if entry is None or (differs and not config.policy_force):
         raise ValueError(f"{config.policy}: no entry for {target.describe()}: {'; '.join(differs)}")
-    rule = PullRule(entry)
-    if rule.problem:
-        raise ValueError(f"{config.policy}: entry {entry.label}: {rule.problem}")
-    return LoadedPolicy(config.policy, rule, differs)
+    rules = rules_of(entry)
+    if rules["policy"].problem:
+        raise ValueError(f"{config.policy}: entry {entry.label}: {rules['policy'].problem}")
+    return LoadedPolicy(config.policy, rules, differs)
 
 
 @dataclass
@@ -191,7 +203,7 @@ class Router:
             config.cache_hit_threshold,
             config.decode_first_fallback,
             config.decoder_kv_blocks_ttl_s,
-            self.loaded_policy.rule if self.loaded_policy else None,
+            self.loaded_policy.rules if self.loaded_policy else None,
         )
         self.in_flight: dict[str, int] = {}  # P url -> turns in flight of its conversations
         self.tag = "x"
@@ -296,7 +308,7 @@ class Router:
             log.held_tokens = min(state.d_tokens, len(prompt))
         # The next turn of this conversation waits until this one's D params are settled.
         settled = None
-        if session and flow in ("pull", "decode_first", "policy") and route.path != "agg":
+        if session and flow in PULL_FLOWS and route.path != "agg":
             settled = state.settled = asyncio.Event()
         try:
             response = await self._route(
@@ -543,13 +555,17 @@ class Router:
             return f"flow={flow!r}: use one of {FLOWS}"
         if flow != "agg" and not (c.prefill_urls and c.decode_urls):
             return f"flow={flow}: this deployment has no prefill and decode instances"
-        if flow in ("pull", "decode_first", "policy") and not c.bidirectional:
+        if flow in PULL_FLOWS and not c.bidirectional:
             return (
                 f"flow={flow}: D does not keep its KV for P on this deployment (it was "
-                "started without pull, decode_first or policy among its flows)"
+                f"started without any of {PULL_FLOWS} among its flows)"
             )
-        if flow == "policy" and self.loaded_policy is None:
-            return "flow=policy: the router was started without a policy (flow.policy=PATH)"
+        if flow in RULE_FLOWS:
+            if self.loaded_policy is None:
+                return f"flow={flow}: the router was started without a policy (flow.policy=PATH)"
+            problem = self.loaded_policy.rules[flow].problem
+            if problem:
+                return f"flow={flow}: the policy cannot decide: {problem}"
         return ""
 
     async def handle_stats(self, request):

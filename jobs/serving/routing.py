@@ -15,7 +15,12 @@ from typing import Any
 
 from jobs.serving.sessions import ConversationState, diverges_at
 from pdbench.plan.kv_lease import pull_window_s
-from pdbench.results.policy_rule import PullDecision, PullRule
+from pdbench.results.policy_rule import PullDecision, PullRule, StaticRule
+
+# flows whose pull-or-recompute a rule of the policy file decides (pdbench.results.policy_rule)
+RULE_FLOWS = ("policy", "static_light", "static_heavy")
+# flows that hand P D's params, so D's params of each turn are kept for the next
+PULL_FLOWS = ("pull", "decode_first", *RULE_FLOWS)
 
 
 @dataclass
@@ -81,12 +86,12 @@ class RoutePolicy:
         cache_hit_threshold: float,
         decode_first_fallback: str,
         ttl_s: float,
-        pull_rule: PullRule | None = None,
+        rules: dict[str, PullRule | StaticRule] | None = None,
     ):
         self.cache_hit_threshold = cache_hit_threshold
         self.decode_first_fallback = decode_first_fallback
         self.ttl_s = ttl_s
-        self.pull_rule = pull_rule  # flow policy's rule (policy.json); None: no policy given
+        self.rules = rules or {}  # RULE_FLOWS' rules (policy.json); {}: no policy given
         self.stats = RouterStats()
 
     def lease_valid(self, state: ConversationState, now: float) -> bool:
@@ -116,24 +121,25 @@ class RoutePolicy:
             ):
                 return Route("decode_first", None, True, state.d_tokens)
             flow = self.decode_first_fallback
-        if flow in ("pull", "policy") and state.d_params is not None:
+        if (flow == "pull" or flow in RULE_FLOWS) and state.d_params is not None:
             if not extends:
                 self.stats.diverged += 1
                 return Route("recompute_diverged", dict(P_FIRST_PARAMS), diverged_at=diverged)
             if self.lease_valid(state, now):
-                if flow == "policy":
-                    return self._by_rule(state, load)
+                if flow in RULE_FLOWS:
+                    return self._by_rule(flow, state, load)
                 return Route("pull", dict(state.d_params), offered=state.d_tokens)
             self.stats.expired_leases += 1
             return Route("recompute_expired", dict(P_FIRST_PARAMS))
         return Route("recompute", dict(P_FIRST_PARAMS))
 
-    def _by_rule(self, state: ConversationState, load: int) -> Route:
-        """Flow policy on a turn that could pull: the policy's rule decides (its inputs: the
-        history D holds and the load in flight at P)."""
-        if self.pull_rule is None:
-            raise RuntimeError("flow policy without a policy (the router was given none)")
-        decision = self.pull_rule.decide(state.d_tokens, load)
+    def _by_rule(self, flow: str, state: ConversationState, load: int) -> Route:
+        """A rule flow on a turn that could pull: the policy file's rule decides (its inputs:
+        the history D holds and the load in flight at P)."""
+        rule = self.rules.get(flow)
+        if rule is None:
+            raise RuntimeError(f"flow {flow} without a policy (the router was given none)")
+        decision = rule.decide(state.d_tokens, load)
         if decision.pull:
             return Route("pull", dict(state.d_params), offered=state.d_tokens, decision=decision)
         return Route("recompute_policy", dict(P_FIRST_PARAMS), decision=decision)

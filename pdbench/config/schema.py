@@ -32,7 +32,12 @@ class Flow(Enum):
     recompute = "recompute"
     pull = "pull"
     decode_first = "decode_first"
+    # flow.policy's rule per turn, at the load in flight (pdbench/results/policy_rule.py)
     policy = "policy"
+    # flow.policy's threshold of its lightest (heaviest) measured load, at every load: the
+    # static rules the policy is checked against (+experiment=policy_check)
+    static_light = "static_light"
+    static_heavy = "static_heavy"
 
 
 class Placement(Enum):

@@ -45,9 +45,11 @@ from pdbench.results.policy_file import PolicyTarget
 
 SIDE_CHANNEL_STRIDE = 64
 VLLM_PORT_STRIDE = 16  # ports of one instance's VLLM_PORT range (vLLM scans up from there)
-PD_FLOWS = (Flow.recompute, Flow.pull, Flow.decode_first, Flow.policy)
+# flows that apply a rule of flow.policy's file per turn
+POLICY_FLOWS = (Flow.policy, Flow.static_light, Flow.static_heavy)
+PD_FLOWS = (Flow.recompute, Flow.pull, Flow.decode_first, *POLICY_FLOWS)
 # flows that hand P the KV D kept: D must keep it (bidirectional_kv_xfer)
-KEEPS_D_KV = (Flow.pull, Flow.decode_first, Flow.policy)
+KEEPS_D_KV = (Flow.pull, Flow.decode_first, *POLICY_FLOWS)
 
 
 def policy_target(

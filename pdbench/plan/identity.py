@@ -23,7 +23,8 @@ flow       kv_recompute_threshold, decoder_kv_blocks_   kv_sample_period_s (how 
            ttl_s, kv_tail (D waits out the TTL after    occupancy is read, not what D does)
            each Point); for decode_first Points also
            cache_hit_threshold, decode_first_fallback;
-           for policy Points policy, policy_force
+           for policy, static_light and static_heavy
+           Points policy, policy_force
 workload   every field (shape, rate, seed, history)      request_timeout_s
 connector  trace (tracing costs time on the servers)
 others     -                                             cluster, tracking, launch, bench, name,
@@ -68,6 +69,8 @@ OPERATIONAL: dict[str, frozenset[str]] = {
 FLOW_KNOBS: dict[str, tuple[str, ...]] = {
     "decode_first": ("cache_hit_threshold", "decode_first_fallback"),
     "policy": ("policy", "policy_force"),
+    "static_light": ("policy", "policy_force"),
+    "static_heavy": ("policy", "policy_force"),
 }
 
 # Lists whose values become separate Deployments or Points (dotted keys).

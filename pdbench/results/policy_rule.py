@@ -18,6 +18,9 @@ An entry without a cost model uses its thresholds: pull when ``h`` reaches the t
 the load band in flight; a band decided with no threshold (recompute was faster at every
 length measured) never pulls; a band left undetermined borrows the nearest decided band's.
 An entry with neither has no rule (``PullRule.problem``).
+
+The static rules it is checked against (``StaticRule``) hold one band's threshold at every
+load, as a deployment that sets vLLM's ``kv_recompute_threshold`` once does.
 """
 
 from __future__ import annotations
@@ -46,7 +49,7 @@ class PullDecision:
     """What the rule said for one turn, and why (the router records it with the turn)."""
 
     pull: bool
-    rule: str  # COST | THRESHOLD
+    rule: str  # COST | THRESHOLD | STATIC_LIGHT | STATIC_HEAVY
     history_tokens: int
     load: int  # requests in flight at the turn's P, this one included
     pull_ms: float | None = None  # COST: the predicted cost of a pull on P, beyond compute
@@ -184,3 +187,59 @@ class PullRule:
             return abs((b.concurrency or 1) - load)
 
         return min(self.bands, key=distance), True
+
+
+STATIC_LIGHT = "static_light"
+STATIC_HEAVY = "static_heavy"
+
+
+class StaticRule:
+    """One band's threshold at every load: the static rule a deployment runs when it sets
+    vLLM's ``kv_recompute_threshold`` once (``STATIC_LIGHT``: the lightest measured load's
+    band, ``STATIC_HEAVY``: the heaviest's; a band left undetermined gives way to the nearest
+    decided one). P's own threshold compares the tokens it would pull beyond its own prefix
+    cache; the router's, the tokens D holds: the same where P holds none of the history."""
+
+    def __init__(self, entry: DeploymentPolicy, which: str):
+        if which not in (STATIC_LIGHT, STATIC_HEAVY):
+            raise ValueError(f"static rule {which!r}: use {STATIC_LIGHT} or {STATIC_HEAVY}")
+        self.entry = entry
+        self.kind = which
+        bands = sorted(
+            (t for t in entry.thresholds if _decided(t)), key=lambda t: t.concurrency or 0
+        )
+        self.band = (bands[0] if which == STATIC_LIGHT else bands[-1]) if bands else None
+
+    @property
+    def problem(self) -> str:
+        if self.band is not None:
+            return ""
+        return (
+            "it has no decided threshold (every band inconclusive or undetermined): measure "
+            "the crossover until one is decided"
+        )
+
+    @property
+    def threshold(self) -> int | None:
+        return self.band.kv_recompute_threshold if self.band is not None else None
+
+    def decide(self, history_tokens: int, load: int) -> PullDecision:
+        if self.band is None:
+            raise ValueError(f"policy {self.entry.label}: {self.problem}")
+        threshold = self.band.kv_recompute_threshold
+        return PullDecision(
+            pull=threshold is not None and history_tokens >= threshold,
+            rule=self.kind,
+            history_tokens=history_tokens,
+            load=max(1, int(load)),
+            threshold=threshold,
+        )
+
+
+def rules_of(entry: DeploymentPolicy) -> dict[str, PullRule | StaticRule]:
+    """Every rule an entry states, by the flow that applies it."""
+    return {
+        "policy": PullRule(entry),
+        STATIC_LIGHT: StaticRule(entry, STATIC_LIGHT),
+        STATIC_HEAVY: StaticRule(entry, STATIC_HEAVY),
+    }

@@ -9,10 +9,10 @@ that passes here does not fail there.
 from __future__ import annotations
 
 from pdbench.config.problems import ConfigProblem, Problems
-from pdbench.config.schema import Flow, RunConfig
-from pdbench.plan.deployments import policy_target
+from pdbench.config.schema import RunConfig
+from pdbench.plan.deployments import POLICY_FLOWS, policy_target
 from pdbench.results import policy_file
-from pdbench.results.policy_rule import PullRule
+from pdbench.results.policy_rule import rules_of
 
 FIX_PATH = "flow.policy=<run>/analysis/policy.json (python -m analysis <run> writes it)"
 
@@ -25,12 +25,14 @@ def check_policy(cfg: RunConfig) -> list[ConfigProblem]:
     """The policy flow's file, its entry for this deployment, and P's own threshold."""
     f = cfg.flow
     out = Problems()
-    if Flow.policy not in f.flows:
+    applying = [x for x in f.flows if x in POLICY_FLOWS]
+    if not applying:
         if f.policy:
             out.add(
                 "flow.policy",
                 f.policy,
-                "is set but no flow applies it (flow.flows has no policy)",
+                "is set but no flow applies it (flow.flows has none of policy, static_light, "
+                "static_heavy)",
                 "flow=policy (or add policy to flow.flows), or drop flow.policy",
             )
         return out
@@ -38,12 +40,17 @@ def check_policy(cfg: RunConfig) -> list[ConfigProblem]:
         out.add(
             "flow.kv_recompute_threshold",
             f.kv_recompute_thresholds or f.kv_recompute_threshold,
-            "must be 0 under the policy flow: the router decides per turn, and P would "
+            "must be 0 under the policy flows: the router decides per turn, and P would "
             "decline the pulls it hands below its own threshold",
             "flow.kv_recompute_threshold=0 flow.kv_recompute_thresholds=[] (flow=policy sets it)",
         )
     if not f.policy:
-        out.add("flow.policy", "''", "is empty: the policy flow needs a policy.json", FIX_PATH)
+        out.add(
+            "flow.policy",
+            "''",
+            f"is empty: flow {applying[0].value} applies a policy.json's rule",
+            FIX_PATH,
+        )
         return out
     try:
         policy = policy_file.read(f.policy)
@@ -65,9 +72,16 @@ def check_policy(cfg: RunConfig) -> list[ConfigProblem]:
             "a policy measured on this deployment, or flow.policy_force=true to run it anyway "
             "(the records say so)",
         )
-    problem = PullRule(entry).problem
-    if problem:
-        out.add("flow.policy", f.policy, f"entry {entry.label}: {problem}", FIX_PATH)
+    rules = rules_of(entry)
+    for flow in applying:
+        problem = rules[flow.value].problem
+        if problem:
+            out.add(
+                "flow.policy",
+                f.policy,
+                f"flow {flow.value} cannot run entry {entry.label}: {problem}",
+                FIX_PATH,
+            )
     return out
 
 
@@ -75,7 +89,7 @@ def warn_policy_forced(cfg: RunConfig) -> list[ConfigProblem]:
     """A forced policy of another deployment: said before the run, kept in its records."""
     f = cfg.flow
     out = Problems()
-    if Flow.policy not in f.flows or not f.policy or not f.policy_force:
+    if not any(x in POLICY_FLOWS for x in f.flows) or not f.policy or not f.policy_force:
         return out
     try:
         entry, differs = policy_file.entry_for(policy_file.read(f.policy), _target(cfg))

@@ -300,3 +300,37 @@ def test_the_policy_flow_needs_a_policy_and_d_keeping_its_kv(tmp_path):
     r = policy_router(tmp_path, Policy(["/r"], [LOADED]))
     r.config.bidirectional = False
     assert "does not keep its KV" in r.flow_problem("policy")
+
+
+def test_static_rules_hold_the_lightest_or_heaviest_band_at_every_load():
+    from pdbench.results.policy_rule import STATIC_HEAVY, STATIC_LIGHT, StaticRule, rules_of
+
+    light, heavy = StaticRule(LOADED, STATIC_LIGHT), StaticRule(LOADED, STATIC_HEAVY)
+    assert (light.threshold, heavy.threshold) == (128, 64)
+    for load in (1, 4, 64):  # whatever the load in flight
+        assert [light.decide(h, load).pull for h in (127, 128)] == [False, True]
+        assert [heavy.decide(h, load).pull for h in (63, 64)] == [False, True]
+    assert heavy.decide(64, 1).rule == STATIC_HEAVY
+    # the heaviest band undetermined: the heaviest decided one stands in
+    partial = replace(LOADED, thresholds=[LOADED.thresholds[0], band(4, 4, None, None, "x")])
+    assert StaticRule(partial, STATIC_HEAVY).threshold == 128
+    undecided = replace(LOADED, thresholds=[band(1, 1, None, None, "inconclusive")])
+    rules = rules_of(undecided)
+    assert rules["policy"].problem == ""  # the cost model still decides
+    assert "no decided threshold" in rules[STATIC_LIGHT].problem
+
+
+def test_the_router_runs_the_static_rules_on_the_same_deployment(tmp_path):
+    from tests.unit.test_router_logic import holding, prompt
+
+    r = policy_router(tmp_path, Policy(["/r"], [LOADED]))
+    # 70 tokens held: under both thresholds' light one (128), over the heavy one (64)
+    light = r.policy.choose("static_light", holding(), prompt(96), now=0.0, load=4)
+    heavy = r.policy.choose("static_heavy", holding(), prompt(96), now=0.0, load=1)
+    assert (light.path, heavy.path) == ("recompute_policy", "pull")
+    assert light.decision.threshold == 128 and heavy.decision.threshold == 64
+    assert r.loaded_policy.describe()["static_light"] == 128
+    undecided = replace(LOADED, thresholds=[band(1, 1, None, None, "inconclusive")])
+    r2 = policy_router(tmp_path, Policy(["/r"], [undecided]))
+    assert r2.flow_problem("policy") == ""
+    assert "no decided threshold" in r2.flow_problem("static_heavy")
