@@ -13,6 +13,7 @@ from analysis.questions import (
     flagged,
     flows,
     placement,
+    policy_check,
     threshold,
     tp_pairing,
     transfer,
@@ -21,6 +22,7 @@ from analysis.questions import (
 
 QUESTIONS: tuple[Question, ...] = (
     flagged.QUESTION,
+    policy_check.QUESTION,
     threshold.QUESTION,
     flows.QUESTION,
     placement.QUESTION,
@@ -46,6 +48,7 @@ PRESET_QUESTION = {
     "decode_cost": "decode_cost",
     "cache_pressure": "eviction",
     "transfer_bench": "transfer",
+    "policy_check": "policy_check",
 }
 
 

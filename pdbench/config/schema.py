@@ -451,6 +451,16 @@ class SearchConfig:
 
 
 @dataclass
+class SloConfig:
+    """What a turn must meet to count toward goodput (DistServe's: the share of turns, and
+    turns per second, meeting both). Operational: the analysis applies them to the records
+    (``analysis/questions/policy_check.py``), nothing measured depends on them. 0: no bound."""
+
+    ttft_ms: float = 0.0  # time to first token, client side
+    tpot_ms: float = 0.0  # time per output token after the first (vllm bench serve's TPOT)
+
+
+@dataclass
 class RunConfig:
     """One composed run: everything ``python -m pdbench`` needs."""
 
@@ -469,6 +479,7 @@ class RunConfig:
     launch: LaunchConfig = field(default_factory=LaunchConfig)
     bench: TransferBenchConfig = field(default_factory=TransferBenchConfig)
     search: SearchConfig = field(default_factory=SearchConfig)
+    slo: SloConfig = field(default_factory=SloConfig)
     command: Command = Command.run
 
 

@@ -783,6 +783,10 @@ def check_figures(cfg: RunConfig) -> list[ConfigProblem]:
             "is negative",
             "one GPU's dense bf16 TFLOPS (H100 SXM: 989), or 0: unknown",
         )
+    for name in ("ttft_ms", "tpot_ms"):
+        value = getattr(cfg.slo, name)
+        if not (math.isfinite(value) and value >= 0):
+            out.add(f"slo.{name}", value, "must be a finite number of ms", "e.g. 500, or 0: none")
     return out
 
 
