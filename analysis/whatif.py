@@ -231,14 +231,25 @@ def calibration(args: dict[str, str]) -> Calibration:
                          f"{names}>")  # fmt: skip
     dep = deps[0]
     rates = sorted(dep.recompute_rate, key=lambda r: r.concurrency or 0)
+    beyond = ""
     if "concurrency" in args:
         level = _number(args, "concurrency", None, 0.0, True)
         band = dep.band(int(level))
         conc = band.concurrency if band else None
         rates = [r for r in rates if r.concurrency == conc] or rates
+        measured = [r.concurrency for r in rates if r.concurrency]
+        top = max((r.concurrency or 0 for r in dep.recompute_rate), default=0)
+        if top and level > top:
+            beyond = (
+                f"; concurrency {level:g} lies above the highest load measured ({top}): "
+                f"that load's rate is used, not extrapolated"
+            )
+        elif measured and level not in measured:
+            beyond = f"; concurrency {level:g} was not measured: its band's ({measured[0]})"
     rate = rates[0] if rates else None
     where = f"{args['policy']} ({dep.deployment_id}"
-    where += f", concurrency {rate.concurrency})" if rate and rate.concurrency else ")"
+    where += f", concurrency {rate.concurrency}" if rate and rate.concurrency else ""
+    where += f"{beyond})"
     t0 = dep.pull_cost.t0_ms if dep.pull_cost else None
     return Calibration(
         model=dep.model,

@@ -28,7 +28,7 @@ pytestmark = pytest.mark.e2e
 CROSSOVER = 120
 
 
-def planted_policy() -> Policy:
+def planted_policy(model: str = "tiny_llama", t0_ms: float = 12.0) -> Policy:
     band = ThresholdBand(
         concurrency=1,
         min_concurrency=1,
@@ -41,15 +41,15 @@ def planted_policy() -> Policy:
     )
     entry = DeploymentPolicy(
         deployment_id="planted",
-        label="tiny_llama · dram · TP 1->1 · same node (planted)",
-        model="tiny_llama",
+        label=f"{model} · dram · TP 1->1 · same node (planted)",
+        model=model,
         transport="dram",
         tp_prefill=1,
         tp_decode=1,
         topology_class="same_node",
         topology_source="placement",
         block_size=32,
-        pull_cost=PullCost(Interval(12.0), Interval(0.0)),
+        pull_cost=PullCost(Interval(t0_ms), Interval(0.0)),
         recompute_rate=[RecomputeRate(1, Interval(10_000.0))],
         thresholds=[band],
     )
@@ -104,3 +104,70 @@ def test_the_policy_flow_pulls_what_its_rule_says_and_matches_agg(tmp_path):
         # a recomputed turn: P computed the whole prompt (nothing pulled)
         if not d["pull"]:
             assert x["offered_tokens"] == 0
+
+
+def test_policy_check_pipeline_measures_every_rule_and_answers_with_verdicts(tmp_path):
+    """The policy_check preset, small, with a planted policy for its deployment (cpu_llama):
+    the policy pulls some turns and recomputes others as its rule says, the static rules
+    hold their threshold whatever the load, every flow gives agg's tokens, and the analysis
+    answers policy vs the best static rule per load with the flows' pulled shares."""
+    import subprocess
+    import sys
+
+    from tests.e2e.conftest import REPO
+
+    path = policy_file.write(tmp_path / "policy.json", planted_policy("cpu_llama", 19.2))
+    run_dir = tmp_path / "run"
+    args = [
+        "+experiment=policy_check",
+        f"flow.policy={path}",
+        "flow.flows=[agg,static_light,static_heavy,policy]",
+        f"dir={run_dir}",
+        "workload.conversations=4",
+        "workload.concurrencies=[1,4]",
+        "workload.repetitions=2",
+        "launch.check_premises=false",
+        NO_PREFLIGHT,
+    ]
+    proc = run_pdbench(args, 1500)
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
+    records = [json.loads(p.read_text()) for p in (run_dir / "points").glob("*.json")]
+    assert len(records) == 4 * 2 * 2 and all(p["status"] == "ok" for p in records)
+    by_key = {(p["flow"], p["workload"]["concurrency"], p["repetition"]): p for p in records}
+    paths: dict[str, set] = {}
+    for (flow, load, rep), point in by_key.items():
+        agg = outputs_by_turn(run_dir, by_key[("agg", load, rep)])
+        assert outputs_by_turn(run_dir, point) == agg, (flow, load, rep)
+        for r in request_records(run_dir, point):
+            if r["turn"] >= 2:
+                paths.setdefault(flow, set()).add(r["path"])
+    # crossover 192 tokens (19.2 ms / 0.1 ms a token): histories spread from ~40 to ~600
+    assert {"pull", "recompute_policy"} <= paths["policy"], paths
+    # one band, threshold 128: the static rules are the same rule here, at every load
+    assert paths["static_light"] == paths["static_heavy"]
+    lines = [
+        json.loads(line)
+        for log in run_dir.glob("logs/*/router_requests.jsonl")
+        for line in log.read_text().splitlines()
+    ]
+    static = [x for x in lines if x["decision"].get("rule") in ("static_light", "static_heavy")]
+    assert static and all(
+        x["decision"]["pull"] == (x["decision"]["history_tokens"] >= 128) for x in static
+    )
+    analysed = subprocess.run(
+        [sys.executable, "-m", "analysis", str(run_dir)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert analysed.returncode == 0, analysed.stdout[-3000:] + analysed.stderr[-3000:]
+    out = analysed.stdout
+    assert "the policy against the best static rule" in out
+    assert "over all loads, TTFT p90:" in out and "over all loads, goodput:" in out
+    assert "at concurrency 1:" in out and "at concurrency 4:" in out
+    summary = json.loads((run_dir / "analysis" / "summary.json").read_text())
+    (check,) = summary["questions"]["policy_check"]
+    verdicts = {c["verdict"] for c in check["comparisons"]}
+    assert verdicts <= {"better", "as good", "worse", "undecided"}
+    assert (run_dir / "analysis" / "policy_check.png").exists()

@@ -153,3 +153,11 @@ def test_analysis_writes_policy_json_beside_summary(tmp_path):
     assert "rescaled from tiny_llama to llama3_8b" in w2.sources["prefill rate"]
     with pytest.raises(ValueError, match="give policy="):
         whatif.parse(["model=llama3_8b", "bandwidth_gbps=1", "prefill_tok_s=1", "concurrency=4"])
+    # a load past the highest measured one: that load's rate, and said so
+    far, _ = whatif.parse([f"policy={out.policy}", "bandwidth_gbps=400", "concurrency=100000"])
+    assert far.prefill_tok_s == dep.recompute_rate[-1].tokens_per_s.value
+    assert "lies above the highest load measured (4): that load's rate is used, not " in (
+        far.sources["prefill rate"]
+    )
+    mid, _ = whatif.parse([f"policy={out.policy}", "bandwidth_gbps=400", "concurrency=2"])
+    assert "concurrency 2 was not measured: its band's (1)" in mid.sources["prefill rate"]
