@@ -18,6 +18,7 @@ outputs still written without them; ``--skip-corrupt`` exits 0 instead).
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import sys
 from pathlib import Path
@@ -39,6 +40,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="analyse around corrupt (truncated, not JSON) records and exit 0; they are still "
         "named and counted",
     )
+    for name in ("ttft", "tpot"):
+        ap.add_argument(
+            f"--slo-{name}-ms",
+            type=_slo_ms,
+            default=None,
+            help=f"goodput's {name.upper()} bound, ms (default: the run's slo.{name}_ms; 0: none)",
+        )
     ap.add_argument("--wandb", action="store_true", help="log tables and plots to W&B")
     ap.add_argument(
         "--wandb-mode",
@@ -54,6 +62,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="also build a W&B Report (online, needs the wandb-workspaces package)",
     )
     return ap.parse_args(argv)
+
+
+def _slo_ms(text: str) -> float:
+    value = float(text)
+    if not (math.isfinite(value) and value >= 0):
+        raise argparse.ArgumentTypeError(f"{text}: a finite number of ms, 0 or more")
+    return value
 
 
 def out_dir_problem(out: Path, given: bool) -> str:
@@ -87,7 +102,12 @@ def main(argv: list[str] | None = None) -> int:
         if not args.quiet:
             print(msg, file=sys.stderr, flush=True)
 
-    out = run_analysis(args.run_dirs, out_dir, progress=progress)
+    slo = {
+        k: v
+        for k, v in (("ttft_ms", args.slo_ttft_ms), ("tpot_ms", args.slo_tpot_ms))
+        if v is not None
+    }
+    out = run_analysis(args.run_dirs, out_dir, progress=progress, slo=slo)
     print("\n".join(out.summary["answer"]))
     if not args.quiet:
         for note in out.summary["notes"]:

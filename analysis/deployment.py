@@ -394,6 +394,9 @@ class Context:
     data: RunData
     requests: pd.DataFrame
     _cache: dict[str, DeploymentAnalysis] = field(default_factory=dict)
+    # goodput's bounds given to the analysis (--slo-ttft-ms, --slo-tpot-ms): they replace the
+    # runs' own slo.* ({}: the runs')
+    slo: dict[str, float] = field(default_factory=dict)
 
     @classmethod
     def of(cls, data: RunData) -> Context:

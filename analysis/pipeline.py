@@ -47,13 +47,18 @@ def write_tables(data: RunData, out_dir: Path) -> None:
 
 
 def run_analysis(
-    run_dirs: list[str | Path], out_dir: Path | None = None, progress: Progress | None = None
+    run_dirs: list[str | Path],
+    out_dir: Path | None = None,
+    progress: Progress | None = None,
+    slo: dict[str, float] | None = None,
 ) -> Outputs:
+    """``slo``: goodput's bounds (``ttft_ms``, ``tpot_ms``) instead of the runs' own."""
     say = progress or (lambda _msg: None)
     data = load_runs(run_dirs, progress=progress)
     out = Path(out_dir) if out_dir else Path(run_dirs[0]) / "analysis"
     out.mkdir(parents=True, exist_ok=True)
     ctx = Context.of(data)
+    ctx.slo = dict(slo or {})
     answered = answer_all(ctx)
     say(f"[analysis] plotting into {out} ...")
     made = make_plots(ctx, answered, out, progress)

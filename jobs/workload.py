@@ -8,7 +8,10 @@ prefix of the next, unless the workload edits the history first as chat clients 
 the router tokenizes them. Turns advance in waves (every conversation's turn t, then t+1),
 so the server counters scraped between waves attribute prompt tokens to a turn exactly.
 Within a wave, ``concurrency`` bounds requests in flight and ``request_rate`` (if > 0)
-spaces their starts (Poisson arrivals).
+spaces their starts (Poisson arrivals). With open-loop arrivals (``workload.arrival``
+poisson or gamma, ``pdbench.plan.arrivals``) each turn goes out at its offered time, or when
+its conversation's previous turn is answered if that is later; the counters are then read
+once, over the whole Point (its ``by_turn`` row 0).
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from typing import TypeVar
 from jobs.history import ASSISTANT, SYSTEM, USER, Message, apply_edit, edit_for, prompt_ids
 from jobs.request_stream import RequestOptions, stream_one
 from pdbench.config.schema import WorkloadConfig, WorkloadKind
+from pdbench.plan.arrivals import OPEN, schedule
 from pdbench.plan.lengths import draw_history, draw_length
 from pdbench.results.store import RequestRecord
 
@@ -123,10 +127,21 @@ def run_client(coro: Awaitable[T]) -> T:
 class LoadGenerator:
     """Runs conversations in turn waves against one URL and returns every request record."""
 
-    def __init__(self, opts: RequestOptions, concurrency: int, request_rate: float, seed: int):
+    def __init__(
+        self,
+        opts: RequestOptions,
+        concurrency: int,
+        request_rate: float,
+        seed: int,
+        arrival: str = "waves",
+        burstiness: float = 1.0,
+    ):
         self.opts = opts
         self.concurrency = max(1, concurrency)
         self.request_rate = request_rate
+        self.arrival = arrival
+        self.burstiness = burstiness
+        self.seed = seed
         self.rng = random.Random(seed)
 
     @property
@@ -178,6 +193,11 @@ class LoadGenerator:
         t0 = time.perf_counter()
         turns = max(len(s.user_turns) for s in specs)
         async with aiohttp.ClientSession(timeout=timeout, connector=connector) as session:
+            if self.arrival in OPEN:
+                records = await self._run_open(session, specs, histories, t0, progress)
+                if on_wave_done:
+                    await on_wave_done(0, records)
+                return records
             for turn in range(1, turns + 1):
                 gate = asyncio.Semaphore(self.concurrency)
                 wave: list[RequestRecord] = []
@@ -201,6 +221,38 @@ class LoadGenerator:
                 records.extend(wave)
                 if on_wave_done:
                     await on_wave_done(turn, wave)
+        return records
+
+    async def _run_open(self, session, specs, histories, t0: float, progress) -> list:
+        """Open loop: every turn at its offered time (``schedule``), a conversation's turns
+        in order (a turn whose previous one is still unanswered goes out when it is)."""
+        slots = schedule(
+            [len(s.user_turns) for s in specs],
+            self.request_rate,
+            self.arrival,
+            self.burstiness,
+            self.seed,
+        )
+        mine: dict[int, list] = {}
+        for slot in slots:
+            mine.setdefault(slot.conversation, []).append(slot)
+        records: list[RequestRecord] = []
+
+        async def conversation(index: int, spec: ConversationSpec) -> None:
+            for slot in mine.get(index, []):
+                wait = slot.at_s - (time.perf_counter() - t0)
+                if wait > 0:
+                    await asyncio.sleep(wait)
+                rec = await self._turn(session, spec, slot.turn, histories, t0)
+                rec.offered_s = slot.at_s
+                records.append(rec)
+                if progress:
+                    progress(1)
+                if rec.status != "ok":
+                    return  # its history is unknown from here
+
+        await asyncio.gather(*(conversation(i, s) for i, s in enumerate(specs)))
+        records.sort(key=lambda r: (r.turn, r.conversation))
         return records
 
     async def _turn(self, session, spec: ConversationSpec, turn: int, histories, t0: float):

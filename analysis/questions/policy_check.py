@@ -79,7 +79,7 @@ class Comparison:
     """The policy against the best static rule on one metric, at one load (None: all)."""
 
     metric: str
-    load: int | None
+    load: float | None
     difference: Estimate  # relative (TTFT) or in share points (goodput); < 0 faster
     against: dict[str, int]  # static rule -> repetitions it was the one judged against
 
@@ -134,36 +134,43 @@ class PolicyCheckAnswer:
     cells: pd.DataFrame  # load flow repetition ttft_p90 tpot_p90 goodput goodput_rps pulled
     comparisons: list[Comparison]
     notes: list[str] = field(default_factory=list)
+    load_name: str = "concurrency"  # or "offered turns/s" (open-loop arrivals)
 
     def flows(self) -> list[str]:
         order = [*STATIC, POLICY]
         return [f for f in order if f in set(self.cells["flow"])]
 
     def loads(self) -> list[int]:
-        return sorted(int(x) for x in self.cells["load"].unique())
+        return sorted(float(x) for x in self.cells["load"].unique())
 
-    def summary(self, flow: str, load: int, column: str) -> Estimate:
+    def summary(self, flow: str, load: float, column: str) -> Estimate:
         c = self.cells[(self.cells["flow"] == flow) & (self.cells["load"] == load)]
         return Estimate.of(c[column])
 
     def lines(self) -> list[str]:
+        def brief(c: Comparison) -> str:
+            fmt = "{:+.1%}" if METRICS[c.metric][2] else "{:+.2f}"
+            return f"{c.metric} {c.verdict}, {c.difference.text(fmt)}"
+
         over = [c for c in self.comparisons if c.load is None]
-        head = f"{self.label}: the policy against the best static rule ({LATER})"
-        out = [head]
-        for c in over:
-            out.append(f"  over all loads, {c.metric}: {c.sentence()}")
+        out = [
+            f"{self.label}: the policy vs the best static rule ({LATER}; the best picked on "
+            f"the other repetitions): over all loads {'; '.join(brief(c) for c in over)}"
+        ]
         for load in self.loads():
             mine = [c for c in self.comparisons if c.load == load]
+            pulled = ", ".join(
+                f"{f} {self.summary(f, load, 'pulled').value:.0%}" for f in self.flows()
+            )
             out.append(
-                f"  at concurrency {load}: "
-                + "; ".join(f"{c.metric} {c.verdict}" for c in mine)
-                + " | pulled: "
-                + ", ".join(
-                    f"{f} {self.summary(f, load, 'pulled').value:.0%}" for f in self.flows()
-                )
+                f"  at {self.load_name} {load:g}: {'; '.join(brief(c) for c in mine)}; "
+                f"turns pulled: {pulled}"
             )
         slo = ", ".join(f"{k} {v:g}" for k, v in self.slo.items() if v) or "none set"
-        out.append(f"  SLOs: {slo}; equivalence margin +-{MARGIN:.0%}")
+        out.append(
+            f"  (TTFT p90 as policy / best static - 1, goodput as policy - best static share; "
+            f'"as good": the interval within +-{MARGIN:.0%}; SLOs {slo})'
+        )
         out += [f"  {n}" for n in self.notes]
         return ["\n".join(out)]
 
@@ -174,7 +181,7 @@ class PolicyCheckAnswer:
                 rows.append(
                     {
                         "deployment": self.label,
-                        "concurrency": load,
+                        self.load_name: f"{load:g}",
                         "flow": flow,
                         "TTFT p90 ms (95% CI)": self.summary(flow, load, "ttft_p90").text(
                             "{:,.0f}"
@@ -188,7 +195,7 @@ class PolicyCheckAnswer:
         verdicts = [
             {
                 "deployment": self.label,
-                "concurrency": "all" if c.load is None else c.load,
+                self.load_name: "all" if c.load is None else f"{c.load:g}",
                 "metric": c.metric,
                 "verdict": c.verdict,
                 "policy vs best static (95% CI)": c.sentence().split(": ", 1)[1],
@@ -207,8 +214,11 @@ class PolicyCheckAnswer:
 
 
 def run_slo(ctx: Context) -> dict[str, float]:
-    """The SLOs of the runs' configs (the tightest where runs differ; 0: none)."""
+    """The SLOs given to the analysis, else the runs' configs' (the tightest where runs
+    differ; 0: none)."""
     out = {"ttft_ms": 0.0, "tpot_ms": 0.0}
+    if ctx.slo:
+        return {**out, **ctx.slo}
     for manifest in ctx.data.manifests.values():
         slo = (manifest.get("config") or {}).get("slo") or {}
         for key in out:
@@ -218,13 +228,27 @@ def run_slo(ctx: Context) -> dict[str, float]:
     return out
 
 
+def load_of(point: pd.Series) -> float:
+    """A Point's load: its offered rate (turns/s) in an open loop, else its concurrency."""
+    if str(point.get("arrival", "waves")) != "waves":
+        return float(point.get("request_rate") or 0.0)
+    return float(point["concurrency"])
+
+
+def load_name(points: pd.DataFrame) -> str:
+    open_loop = "arrival" in points and (points["arrival"].astype(str) != "waves").any()
+    return "offered turns/s" if open_loop else "concurrency"
+
+
 def cells_of(requests: pd.DataFrame, points: pd.DataFrame, slo: dict[str, float]) -> pd.DataFrame:
     """One row per (load, flow, repetition): the figures of that Point's turns >= 2."""
-    meta = points.set_index("point_id")[["concurrency", "started_at", "finished_at"]]
+    meta = points.set_index("point_id")[["concurrency", "started_at", "finished_at"]].copy()
+    meta["load"] = [load_of(r) for _, r in points.iterrows()]
+    meta["kept_up"] = points["kept_up"].to_numpy() if "kept_up" in points else None
     req = requests[requests["turn"] >= 2].join(meta, on="point_id", how="inner")
     rows = []
     for (load, flow, rep, pid), g in req.groupby(
-        ["concurrency", "flow", "repetition", "point_id"], sort=True
+        ["load", "flow", "repetition", "point_id"], sort=True
     ):
         ok = g[g["status"] == "ok"] if "status" in g else g
         ttft = ok["ttft_ms"].astype(float)
@@ -238,7 +262,8 @@ def cells_of(requests: pd.DataFrame, points: pd.DataFrame, slo: dict[str, float]
         paths = g["path"].astype(str) if "path" in g else pd.Series([""] * len(g))
         rows.append(
             {
-                "load": int(load),
+                "load": load,
+                "kept_up": g["kept_up"].iloc[0],
                 "flow": str(flow),
                 "repetition": int(rep),
                 "point_id": pid,
@@ -253,7 +278,7 @@ def cells_of(requests: pd.DataFrame, points: pd.DataFrame, slo: dict[str, float]
     return pd.DataFrame(rows)
 
 
-def _metric(cells: pd.DataFrame, flow: str, load: int, column: str) -> dict[int, float]:
+def _metric(cells: pd.DataFrame, flow: str, load: float, column: str) -> dict[int, float]:
     c = cells[(cells["flow"] == flow) & (cells["load"] == load)]
     return dict(zip(c["repetition"].astype(int), c[column].astype(float), strict=True))
 
@@ -263,9 +288,9 @@ def compare(cells: pd.DataFrame, metric: str) -> list[Comparison]:
     other repetitions (leave one out), paired by repetition."""
     column, lower_better, relative = METRICS[metric]
     statics = [f for f in STATIC if f in set(cells["flow"])]
-    per_load: dict[int, dict[int, float]] = {}
+    per_load: dict[float, dict[int, float]] = {}
     out = []
-    for load in sorted(int(x) for x in cells["load"].unique()):
+    for load in sorted(float(x) for x in cells["load"].unique()):
         mine = _metric(cells, POLICY, load, column)
         others = {f: _metric(cells, f, load, column) for f in statics}
         diffs: dict[int, float] = {}
@@ -316,6 +341,14 @@ def answer(ctx: Context) -> list[PolicyCheckAnswer]:
         notes = []
         if not slo["ttft_ms"] and not slo["tpot_ms"]:
             notes.append("no SLO set (slo.ttft_ms, slo.tpot_ms): goodput counts every turn served")
+        if "kept_up" in cells:
+            behind = sorted({float(x) for x in cells[cells["kept_up"] == False]["load"]})  # noqa: E712
+            if behind:
+                notes.append(
+                    f"at {load_name(dep_pts)} {', '.join(f'{x:g}' for x in behind)} the deployment "
+                    "did not keep up with the open loop (turns went out late): latencies there "
+                    "are a growing queue's"
+                )
         reps = cells.groupby(["load", "flow"])["repetition"].nunique()
         if (reps < 3).any():
             notes.append(
@@ -347,10 +380,11 @@ def draw(plt, answers: list[PolicyCheckAnswer], ctx: Context):
                 ys = [e.value for e in est]
                 color = colors.get(flow)
                 ax.plot(xs, ys, marker="o", label=flow, color=color, lw=2 if flow == POLICY else 1)
+                top = 1.0 if column == "goodput" else math.inf  # a share: at most 1
                 lo = [e.low if e.low is not None else e.value for e in est]
-                hi = [e.high if e.high is not None else e.value for e in est]
+                hi = [min(top, e.high if e.high is not None else e.value) for e in est]
                 plotkit.band(ax, xs, lo, hi, color)
-            ax.set_xlabel("concurrency (requests in flight)")
+            ax.set_xlabel(a.load_name)
             ax.set_ylabel(metric)
             ax.set_xticks(a.loads())
             ax.set_title(f"{metric}, {LATER}", fontsize=9)

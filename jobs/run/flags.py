@@ -134,3 +134,16 @@ def expired_lease_flags(router_stats: dict, ttl_s: int) -> list[str]:
         "(router recompute_expired); this Point's pull TTFT mixes in recomputes (raise the "
         "TTL past the time between a conversation's turns at this load)"
     ]
+
+
+def open_loop_flags(offered_load: dict) -> list[str]:
+    """An open loop the deployment did not keep up with: its latencies are a queue's."""
+    if not offered_load or offered_load.get("kept_up", True):
+        return []
+    return [
+        f"open loop: {offered_load['late_share']:.0%} of turns went out late (p90 "
+        f"{offered_load['lateness_p90_ms']:,.0f} ms behind their slot): the deployment did not "
+        f"keep up with {offered_load['offered_rate']:g} turns/s (achieved "
+        f"{offered_load['achieved_rate']:.2f}/s); its latencies are those of a growing queue "
+        "(lower workload.request_rate)"
+    ]

@@ -18,6 +18,7 @@ from jobs.serving.server import log_tail
 from jobs.serving.server_log import LogWindow
 from jobs.workload import LoadGenerator, RequestOptions, build_conversations, run_client
 from pdbench.config.schema import Flow
+from pdbench.plan import arrivals
 from pdbench.plan.deployments import Deployment
 from pdbench.plan.points import Point
 from pdbench.results.store import PointResult, PointStatus, RequestRecord, RunStore
@@ -79,6 +80,7 @@ def measure_point(
             drive(serving, point, label)
         )
         split_ttft(ran, records, per_turn, waves)
+        result.offered_load = offered(point, records)
         result.summary = attribution.summarize(records, duration)
         result.by_turn = per_turn
         result.metrics = totals
@@ -102,6 +104,7 @@ def measure_point(
         *flags.kv_load_flags("".join(stretch.values())),
         *flags.handoff_flags(result.router),
         *flags.expired_lease_flags(result.router, dep.flow.decoder_kv_blocks_ttl_s),
+        *flags.open_loop_flags(result.offered_load),
     ]
     result.trace_files = sorted(
         str(p.relative_to(store.root)) for p in Path(ran.traces_dir).glob("*.jsonl")
@@ -115,6 +118,20 @@ def measure_point(
         )
     result.finished_at = time.time()
     return result, records
+
+
+def offered(point: Point, records: list[RequestRecord]) -> dict:
+    """Open loop: what the schedule offered and what the deployment took ({} for waves)."""
+    wl = point.workload
+    if wl.arrival.value not in arrivals.OPEN:
+        return {}
+    load = arrivals.offered_load(
+        wl.request_rate,
+        [r.offered_s for r in records],
+        [r.start_s for r in records],
+        [r.start_s + r.e2e_ms / 1e3 for r in records if r.status == "ok"],
+    )
+    return load.record()
 
 
 def split_ttft(ran: DeploymentSpec, records: list[RequestRecord], per_turn, waves) -> None:
@@ -168,7 +185,9 @@ async def drive(serving: Serving, point: Point, label: str):
         timeout_s=wl.request_timeout_s,
         api=wl.api.value,
     )
-    gen = LoadGenerator(opts, wl.concurrency, wl.request_rate, wl.seed)
+    gen = LoadGenerator(
+        opts, wl.concurrency, wl.request_rate, wl.seed, wl.arrival.value, wl.burstiness
+    )
     await gen.prepare(specs)  # chat: the messages' text, before the load's clock starts
     per_turn: list = []
     totals: dict[str, dict[str, float]] = {}

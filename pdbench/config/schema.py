@@ -112,6 +112,14 @@ class KvBufferDevice(StrEnum):
     cuda = "cuda"
 
 
+class Arrival(StrEnum):
+    """How turns are offered (``pdbench.plan.arrivals``): closed-loop waves, or open loop."""
+
+    waves = "waves"  # every conversation's turn t, then t + 1; at most `concurrency` in flight
+    poisson = "poisson"  # open loop: exponential gaps at request_rate turns/s
+    gamma = "gamma"  # open loop: gamma gaps of the same mean, CV `burstiness`
+
+
 class LengthDistribution(StrEnum):
     """How drawn token counts spread around their mean (``pdbench.plan.lengths``)."""
 
@@ -335,7 +343,11 @@ class WorkloadConfig:
     conversation_counts: list[int] = field(default_factory=list)
     concurrencies: list[int] = field(default_factory=list)
     concurrency: int = 4
-    request_rate: float = 0.0  # requests/s; 0: as fast as concurrency allows
+    # waves: request_rate (> 0) spaces each wave's starts, 0 as fast as concurrency allows;
+    # poisson, gamma: an open loop offering request_rate turns/s (same sequence every flow)
+    arrival: Arrival = Arrival.waves
+    request_rate: float = 0.0  # requests/s
+    burstiness: float = 1.0  # gamma arrivals: the gaps' coefficient of variation (1: Poisson)
     request_timeout_s: float = 120.0
     seed: int = 0
     # Independent repetitions of every (flow, history length): Points of their own, with fresh

@@ -103,6 +103,9 @@ class RequestRecord:
     # How the client edited the history before this turn (jobs.history): "" none,
     # strip_reply, change_message; such a turn must be recomputed, never pulled.
     history_edit: str = ""
+    # Open-loop arrivals (workload.arrival poisson|gamma): when the schedule offered this turn,
+    # seconds since the Point started (start_s - offered_s: how late it went out); -1: waves.
+    offered_s: float = -1.0
 
 
 @dataclass
@@ -219,6 +222,9 @@ class PointResult:
     launch_spec_file: str = ""
     started_at: float = 0.0
     finished_at: float = 0.0
+    # open-loop arrivals: offered_rate, achieved_rate (turns/s), late_share, lateness_p90_ms,
+    # kept_up (pdbench.plan.arrivals.OfferedLoad); {} for closed-loop waves
+    offered_load: dict[str, Any] = field(default_factory=dict)
     schema_version: int = SCHEMA_VERSION
     job_id: str = ""  # the job that measured it (SLURM id, or the local process id)
     attempt: int = 0  # its SLURM_RESTART_COUNT: 1 and up in a requeued job

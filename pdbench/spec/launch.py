@@ -31,6 +31,7 @@ from typing import Any
 
 from connector.process_env import RUN_DIR_ENV, TIMING_DIR_ENV
 from pdbench.config.schema import ExecutorKind, FlowConfig, RunConfig
+from pdbench.plan.arrivals import GAMMA, OPEN
 from pdbench.plan.deployments import (
     SIDE_CHANNEL_STRIDE,
     Deployment,
@@ -470,10 +471,14 @@ def describe(spec: LaunchSpec, plan: Plan) -> str:
         for index, point_id in enumerate(dep.run_order):
             point = points[point_id]
             wl = point.workload
+            load = f"concurrency={wl.concurrency}"
+            if wl.arrival.value in OPEN:  # an open loop: the rate offered, not a concurrency
+                burst = f" burstiness={wl.burstiness:g}" if wl.arrival.value == GAMMA else ""
+                load = f"arrival={wl.arrival.value} request_rate={wl.request_rate:g}/s{burst}"
             lines.append(
                 f"  {index:>3} point {point_id}: flow={point.flow.value} "
                 f"history={point.history_tokens} repetition={point.repetition} "
-                f"conversations={wl.conversations} concurrency={wl.concurrency}"
+                f"conversations={wl.conversations} {load}"
             )
         search = plan.searches.get(dep.deployment_id)
         if search is not None:

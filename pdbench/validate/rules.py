@@ -31,6 +31,7 @@ from pathlib import Path
 
 from pdbench.config.problems import ConfigError, ConfigProblem, Problems, Rule
 from pdbench.config.schema import (
+    Arrival,
     Command,
     ExecutorKind,
     Flow,
@@ -79,9 +80,9 @@ def check_counts(cfg: RunConfig) -> list[ConfigProblem]:
     out = Problems()
 
     def need(name: str, value: float, minimum: float, fix: str) -> None:
-        if value < minimum:
+        if not (math.isfinite(value) and value >= minimum):  # nan and inf too
             word = "positive" if minimum > 0 else "non-negative"
-            out.add(name, value, f"must be {word}", fix)
+            out.add(name, value, f"must be a finite {word} number", fix)
 
     m, w, s, topo = cfg.model, cfg.workload, cfg.server, cfg.topology
     for name in ("num_layers", "hidden_size", "num_attention_heads", "num_kv_heads"):
@@ -765,6 +766,38 @@ def check_time_limit(cfg: RunConfig) -> list[ConfigProblem]:
     return out
 
 
+OPEN_LOOP_POINT_MAX_S = 3600.0  # an open-loop Point offered longer than this is refused
+
+
+def check_arrivals(cfg: RunConfig) -> list[ConfigProblem]:
+    """Open-loop arrivals: a rate to offer, a burstiness that is a CV, and Points that end."""
+    w, out = cfg.workload, Problems()
+    if not (math.isfinite(w.burstiness) and 0 < w.burstiness <= 10):
+        out.add("workload.burstiness", w.burstiness, "is a CV of the gaps", "1 (Poisson) to 10")
+    if w.arrival is Arrival.waves:
+        return out
+    if not (math.isfinite(w.request_rate) and w.request_rate > 0):
+        out.add(
+            "workload.request_rate",
+            w.request_rate,
+            f"must be a rate > 0 with workload.arrival={w.arrival.value} (an open loop)",
+            "e.g. workload.request_rate=2 (turns/s), or workload.arrival=waves",
+        )
+        return out
+    turns = max(w.turns, w.turns_max) * max([w.conversations, *w.conversation_counts])
+    offered_s = turns / w.request_rate
+    if offered_s > OPEN_LOOP_POINT_MAX_S:
+        out.add(
+            "workload.request_rate",
+            w.request_rate,
+            f"offers a Point's {turns} turns over {offered_s / 60:,.0f} min (at most "
+            f"{OPEN_LOOP_POINT_MAX_S / 60:.0f} min a Point)",
+            f"workload.request_rate={turns / OPEN_LOOP_POINT_MAX_S:.3g} or more, or fewer "
+            "conversations",
+        )
+    return out
+
+
 def check_figures(cfg: RunConfig) -> list[ConfigProblem]:
     """The hardware figures estimates and floors are computed from."""
     out = Problems()
@@ -797,6 +830,7 @@ RULES: tuple[Rule, ...] = (
     check_capacity,
     check_flows,
     check_policy,
+    check_arrivals,
     check_kv_cache,
     check_workload_fits,
     check_ports,

@@ -57,6 +57,7 @@ def planted_policy(model: str = "tiny_llama", t0_ms: float = 12.0) -> Policy:
 
 
 def test_the_policy_flow_pulls_what_its_rule_says_and_matches_agg(tmp_path):
+    """In an open loop (Poisson arrivals, the same offered times in every flow)."""
     path = policy_file.write(tmp_path / "policy.json", planted_policy())
     run_dir = tmp_path / "run"
     args = [
@@ -67,6 +68,8 @@ def test_the_policy_flow_pulls_what_its_rule_says_and_matches_agg(tmp_path):
         "flow.kv_recompute_threshold=0",
         f"dir={run_dir}",
         "workload.repetitions=1",  # a pipeline test: premises off
+        "workload.arrival=poisson",
+        "workload.request_rate=4",
         "launch.check_premises=false",
         NO_PREFLIGHT,
     ]
@@ -78,6 +81,17 @@ def test_the_policy_flow_pulls_what_its_rule_says_and_matches_agg(tmp_path):
     assert all(p["status"] == "ok" for p in points.values())
     policy = points["policy"]
     assert outputs_by_turn(run_dir, policy) == outputs_by_turn(run_dir, points["agg"])
+    # open loop: every flow offered the same turns at the same times, and says what it took
+    offered = {
+        flow: {(r["conversation"], r["turn"]): r["offered_s"] for r in request_records(run_dir, p)}
+        for flow, p in points.items()
+    }
+    assert offered["policy"] == offered["agg"] == offered["recompute"]
+    assert len(offered["policy"]) == 12 and min(offered["policy"].values()) == 0.0
+    for p in points.values():
+        load = p["offered_load"]
+        assert load["offered_rate"] == 4.0 and load["achieved_rate"] > 0
+        assert 0.0 <= load["late_share"] <= 1.0 and isinstance(load["kept_up"], bool)
     by_turn = {}
     for r in request_records(run_dir, policy):
         by_turn.setdefault(r["turn"], set()).add(r["path"])
@@ -163,9 +177,9 @@ def test_policy_check_pipeline_measures_every_rule_and_answers_with_verdicts(tmp
     )
     assert analysed.returncode == 0, analysed.stdout[-3000:] + analysed.stderr[-3000:]
     out = analysed.stdout
-    assert "the policy against the best static rule" in out
-    assert "over all loads, TTFT p90:" in out and "over all loads, goodput:" in out
-    assert "at concurrency 1:" in out and "at concurrency 4:" in out
+    assert "the policy vs the best static rule" in out
+    assert "over all loads TTFT p90 " in out and "; goodput " in out
+    assert "at concurrency 1: TTFT p90 " in out and "at concurrency 4: TTFT p90 " in out
     summary = json.loads((run_dir / "analysis" / "summary.json").read_text())
     (check,) = summary["questions"]["policy_check"]
     verdicts = {c["verdict"] for c in check["comparisons"]}

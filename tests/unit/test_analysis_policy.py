@@ -156,8 +156,9 @@ def test_analysis_writes_policy_json_beside_summary(tmp_path):
     # a load past the highest measured one: that load's rate, and said so
     far, _ = whatif.parse([f"policy={out.policy}", "bandwidth_gbps=400", "concurrency=100000"])
     assert far.prefill_tok_s == dep.recompute_rate[-1].tokens_per_s.value
-    assert "lies above the highest load measured (4): that load's rate is used, not " in (
-        far.sources["prefill rate"]
+    assert (
+        "lies above the highest load measured (4): that load's rate is used, not "
+        in (far.sources["prefill rate"])
     )
     mid, _ = whatif.parse([f"policy={out.policy}", "bandwidth_gbps=400", "concurrency=2"])
     assert "concurrency 2 was not measured: its band's (1)" in mid.sources["prefill rate"]
