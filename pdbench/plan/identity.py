@@ -90,10 +90,23 @@ SWEEP_AXES = frozenset(
 )
 
 
+# Fields added after run dirs were recorded, with the value those runs had without naming it:
+# left out of ids and of the manifest's comparison while they hold it, so that a dir
+# recorded before resumes (its Points keep their ids); any other value is measured.
+ADDED_LATER: dict[str, dict[str, Any]] = {
+    "workload": {"arrival": "waves", "burstiness": 1.0},
+    "flow": {"policy": "", "policy_force": False},
+}
+
+
 def measured(section: str, record: dict[str, Any]) -> dict[str, Any]:
-    """``record`` (one section of a config, as JSON) without its operational fields."""
+    """``record`` (one section of a config, as JSON) without its operational fields, and
+    without fields added later that hold the value older records implied (``ADDED_LATER``)."""
     dropped = OPERATIONAL.get(section, frozenset())
-    return {k: v for k, v in record.items() if k not in dropped}
+    later = ADDED_LATER.get(section, {})
+    return {
+        k: v for k, v in record.items() if k not in dropped and not (k in later and v == later[k])
+    }
 
 
 def flow_knobs(flow: str, flow_record: dict[str, Any]) -> dict[str, Any]:

@@ -73,3 +73,36 @@ def one_pass(cfg: RunConfig) -> RunConfig:
     tests that count a plan's Points (the schema's default is 3 repetitions)."""
     cfg.workload.repetitions = 1
     return cfg
+
+
+def planted_policy(cfg: RunConfig, path):
+    """A policy.json for ``cfg``'s deployment (a cost model whose crossover is 120 tokens at
+    every load), written to ``path``: what ``flow=policy`` presets need to validate."""
+    from pdbench.plan.deployments import policy_target
+    from pdbench.results import policy_file
+    from pdbench.results.interval import Interval
+    from pdbench.results.policy_file import (
+        DeploymentPolicy,
+        Policy,
+        PullCost,
+        RecomputeRate,
+        ThresholdBand,
+    )
+
+    t = policy_target(cfg.model, cfg.topology, cfg.transport, cfg.server)
+    band = ThresholdBand(1, 1, None, 128, Interval(128), Interval(120), "crossing", "decided")
+    entry = DeploymentPolicy(
+        "planted",
+        "planted",
+        t.model,
+        t.transport,
+        t.tp_prefill,
+        t.tp_decode,
+        t.topology_class,
+        "placement",
+        t.block_size,
+        PullCost(Interval(12.0), Interval(0.0)),
+        [RecomputeRate(1, Interval(10_000.0))],
+        [band],
+    )
+    return policy_file.write(path, Policy(["planted"], [entry]))

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from analysis.load import deployment_label, load_runs
-from pdbench.config.schema import Flow, OnFailure, RunConfig
+from pdbench.config.schema import Arrival, Flow, OnFailure, RunConfig
 from pdbench.driver.run_dir import pending_deployments
 from pdbench.plan.deployments import Plan, make_plan
 from pdbench.plan.identity import (
@@ -187,3 +187,22 @@ def test_resume_with_raised_timeouts_skips_what_is_done_and_analysis_sees_one_de
     assert dep_ids == [first.deployments[0].deployment_id]
     labels = {deployment_label(d, data.points) for d in dep_ids}
     assert len(labels) == 1 and len(data.points) == 3
+
+
+def test_fields_added_later_at_their_implied_value_keep_older_ids():
+    """A run dir recorded before workload.arrival/burstiness and flow.policy existed resumes:
+    at the value those runs implied the fields are left out of ids and of the manifest's
+    comparison; any other value is measured."""
+    from pdbench.plan.identity import ADDED_LATER, measured_config
+
+    cfg = all_flows()
+    record = to_jsonable(cfg)
+    older = {s: dict(record[s]) for s in record if isinstance(record[s], dict)}
+    for section, fields in ADDED_LATER.items():
+        for name in fields:
+            del older[section][name]
+    assert measured_config(older) == measured_config(record)
+    cfg.workload.arrival = Arrival.poisson
+    cfg.workload.request_rate = 2.0
+    assert "workload.arrival" in measured_config(to_jsonable(cfg))
+    assert ids(make_plan(cfg)) != ids(make_plan(all_flows()))

@@ -8,9 +8,11 @@ import pytest
 from jobs.serving.sessions import ConversationState
 from pdbench.cli import compose_job
 from pdbench.config.tree import CONF_DIR, header_comment
+from pdbench.plan.deployments import POLICY_FLOWS
 from pdbench.plan.kv_lease import shortest_pulling_ttl_s
 from pdbench.validate.premises import premises_of
 from pdbench.validate.rules import validate, warnings
+from tests.unit.helpers import planted_policy
 from tests.unit.test_router_logic import router
 
 pytestmark = pytest.mark.unit
@@ -143,8 +145,11 @@ def premises_paragraph(name: str) -> str:
 
 
 @pytest.mark.parametrize("name", EXPERIMENTS)
-def test_each_preset_states_its_premises_in_its_header_and_meets_them(name):
+def test_each_preset_states_its_premises_in_its_header_and_meets_them(name, tmp_path):
     cfg = compose_job([f"+experiment={name}"])
+    if any(f in POLICY_FLOWS for f in cfg.flow.flows):  # needs the user's policy.json
+        path = planted_policy(cfg, tmp_path / "policy.json")
+        cfg = compose_job([f"+experiment={name}", f"flow.policy={path}"])
     assert validate(cfg) == [] and warnings(cfg) == []
     stated = premises_paragraph(name)
     expected = premises_of(cfg)
