@@ -77,6 +77,62 @@ def unsupported(body: dict[str, Any], api: str) -> str | None:
     return None
 
 
+def model_problem(body: dict[str, Any], served: str) -> str | None:
+    """A model the deployment does not serve (a 404's message, as vLLM words it), or None.
+    No model named, or no served name known: nothing to check."""
+    model = body.get("model")
+    if not served or model in (None, "", served):
+        return None
+    return f"The model `{model}` does not exist."
+
+
+def length_problem(body: dict[str, Any], prompt_tokens: int, max_model_len: int) -> str | None:
+    """A token budget vLLM would refuse (a 400's message), checked before P works on the
+    prompt: ``max_tokens`` (chat: ``max_completion_tokens`` too) a whole number >= 1, and
+    the prompt plus it within the context. ``max_model_len`` 0: the context is not known."""
+    for key in ("max_tokens", "max_completion_tokens"):
+        value = body.get(key)
+        if value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            return f"{key} must be a whole number of at least 1, got {value!r}"
+    if not max_model_len:
+        return None
+    if prompt_tokens >= max_model_len:
+        return (
+            f"This model's maximum context length is {max_model_len} tokens; the prompt has "
+            f"{prompt_tokens} tokens. Please reduce the length of the prompt."
+        )
+    asked = body.get("max_completion_tokens") or body.get("max_tokens")
+    if asked is not None and prompt_tokens + asked > max_model_len:
+        return (
+            f"This model's maximum context length is {max_model_len} tokens; the prompt has "
+            f"{prompt_tokens} tokens and {asked} output tokens were asked for "
+            f"(max_tokens at most {max_model_len - prompt_tokens})."
+        )
+    return None
+
+
+def error_body(status: int, message: str) -> dict[str, Any]:
+    """An error answer in vLLM's OpenAI server's shape."""
+    kind = {400: "BadRequestError", 401: "Unauthorized", 404: "NotFoundError"}.get(
+        status, "BadGateway" if status >= 500 else "BadRequestError"
+    )
+    return {"error": {"message": message, "type": kind, "param": None, "code": status}}
+
+
+# Keys of an upstream body that clients must never see: D's (or P's) KV-transfer params name
+# the instance's host, port and block ids.
+INTERNAL_KEYS = ("kv_transfer_params",)
+
+
+def without_internals(body: Any) -> Any:
+    """A completion body (or a streamed chunk's) without ``INTERNAL_KEYS``."""
+    if isinstance(body, dict) and any(k in body for k in INTERNAL_KEYS):
+        return {k: v for k, v in body.items() if k not in INTERNAL_KEYS}
+    return body
+
+
 def needs_tokens(body: dict[str, Any], api: str) -> bool:
     """Whether the prompt must be tokenized first (chat, or a text completion)."""
     return api == CHAT or isinstance(body.get("prompt"), str)
@@ -168,6 +224,32 @@ class ChatStream:
         if "usage" in data:
             chunk["usage"] = data["usage"]
         return b"data: " + self.dumps(chunk) + b"\n\n"
+
+
+class CompletionStream:
+    """D's completion stream as the client gets it: the same events, ``INTERNAL_KEYS`` taken
+    out of any that carries them (vLLM 0.33 puts D's KV params on the final chunk). Events
+    are passed whole; a partial one waits for the rest of it (vLLM writes events whole, so
+    nothing waits in practice)."""
+
+    def __init__(self, loads, dumps):
+        self.loads, self.dumps = loads, dumps
+        self.buffer = b""
+
+    def feed(self, data: bytes) -> bytes:
+        self.buffer += data
+        *events, self.buffer = self.buffer.split(b"\n\n")
+        return b"".join(self._event(e) + b"\n\n" for e in events)
+
+    def _event(self, event: bytes) -> bytes:
+        if not any(k.encode() in event for k in INTERNAL_KEYS):
+            return event
+        head, _, payload = event.partition(b"data:")
+        try:
+            data = self.loads(payload.strip())
+        except ValueError:
+            return event
+        return head + b"data: " + self.dumps(without_internals(data))
 
 
 def chat_response(completion: dict[str, Any], request_id: str) -> dict[str, Any]:

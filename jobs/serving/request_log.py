@@ -35,6 +35,7 @@ class TurnLog:
     error: str = ""
     at: float = field(default_factory=time.time)  # unix time the request arrived
     spans_ms: dict[str, float] = field(default_factory=dict)  # route, p, gap, d, last
+    client_request_id: str = ""  # the client's X-Request-ID ("" when it sent none)
     load_in_flight: int = 0  # turns in flight at this turn's P, this one included (0: no P)
     # flow policy, on a turn that could pull: the rule's decision and its inputs
     # (pdbench.results.policy_rule.PullDecision.record); {} otherwise

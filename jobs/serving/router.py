@@ -50,9 +50,10 @@ from aiohttp import web
 
 from connector.kv_params_service import OUTPUT_IDS_KEY
 from jobs.serving import openai_api
-from jobs.serving.openai_api import CHAT, COMPLETIONS, ChatStream
+from jobs.serving.openai_api import CHAT, COMPLETIONS, ChatStream, CompletionStream
 from jobs.serving.request_log import RequestLog, TurnLog
 from jobs.serving.router_headers import (
+    CLIENT_REQUEST_ID_HEADER,
     PATH_HEADER,
     PREFILL_MS_HEADER,
     REQUEST_ID_HEADER,
@@ -89,6 +90,7 @@ from pdbench.results.policy_rule import (
 
 FLOWS = tuple(f.value for f in Flow)
 IDLE_MARGIN_S = 60.0  # a conversation idle this long past D's TTL is forgotten
+CLIENT_CHECK_S = 0.05  # how often a prefill in progress checks that its client is still there
 
 
 @dataclass
@@ -116,6 +118,9 @@ class RouterConfig:
     policy: str = ""
     policy_target: dict[str, Any] | None = None
     policy_force: bool = False
+    # what requests are checked against before P works on them (""/0: not checked)
+    model: str = ""
+    max_model_len: int = 0
 
 
 @dataclass
@@ -185,6 +190,34 @@ class TurnTiming:
 STREAM_END = b"data: [DONE]\n\n"  # the last event of an OpenAI stream
 
 
+@dataclass
+class Turn:
+    """One turn on its way: what routing it needs besides the request."""
+
+    api: str
+    flow: str
+    state: ConversationState
+    session: str  # "" when the request named no conversation
+    conversation: str  # the affinity key
+    prompt: list[int]
+    upstream: dict[str, Any]  # the completion request P and D get
+    raw: bytes | None  # its JSON as the client sent it, when unchanged
+    rid: str
+    p_url: str  # its P ("" without one)
+
+
+class UpstreamError(Exception):
+    """An instance answered a request with an error status (its body: vLLM's error JSON)."""
+
+    def __init__(self, role: str, status: int, body: bytes):
+        super().__init__(f"{role} answered {status}")
+        self.role, self.status, self.body = role, status, body
+
+
+class ClientGone(Exception):
+    """The client's connection broke while its answer was being written."""
+
+
 class StreamCut(Exception):
     """An upstream stream that broke after its first chunk went to the client."""
 
@@ -222,17 +255,38 @@ class Router:
         return await self._serve(request, CHAT)
 
     async def _serve(self, request, api: str):
-        received = time.perf_counter()
+        """One client request: checked, tokenized, routed and logged (every answer, a refusal
+        too, is a line of the request log)."""
+        timing = TurnTiming(time.perf_counter())
+        log = TurnLog(
+            request_id=f"pdb-{self.tag}-t0-{uuid.uuid4().hex[:12]}",
+            session="",
+            api=api,
+            flow=self.config.flow,
+            client_request_id=request.headers.get(CLIENT_REQUEST_ID_HEADER, ""),
+        )
+        try:
+            return await self._checked(request, api, log, timing)
+        except asyncio.CancelledError:  # a server that cancels the handler of a client gone
+            self.stats.cancelled += 1
+            log.status, log.error = 499, "client disconnected: the request was cancelled"
+            self.log.write(log)
+            raise
+
+    async def _checked(self, request, api: str, log: TurnLog, timing: TurnTiming):
         raw = await request.read()
         try:
             body = _loads(raw)
         except ValueError as exc:
-            return _error(400, f"the body is not JSON: {exc}")
+            return self._refused(log, 400, f"the body is not JSON: {exc}", timing)
         if not isinstance(body, dict):
-            return _error(400, "router: the body is not a JSON object")
+            return self._refused(log, 400, "the body is not a JSON object", timing)
         problem = openai_api.unsupported(body, api)
         if problem:
-            return _error(400, f"router: {problem}")
+            return self._refused(log, 400, problem, timing)
+        missing = openai_api.model_problem(body, self.config.model)
+        if missing:
+            return self._refused(log, 404, missing, timing)
         session = session_of(request.headers, body)
         state = self.conversations.get(session, time.monotonic())
         conversation = session or uuid.uuid4().hex  # the affinity key
@@ -241,8 +295,7 @@ class Router:
         turn = int(turn) if turn.isdigit() else (state.turns + 1 if session else 0)
         rid = f"pdb-{self.tag}-t{turn}-{uuid.uuid4().hex[:12]}"
         flow = self.config.flow
-        log = TurnLog(request_id=rid, session=session, api=api, flow=flow, turn=turn)
-        timing = TurnTiming(received)
+        log.request_id, log.session, log.turn = rid, session, turn
         answering = pick(self.config.agg_urls or self.config.decode_urls, conversation)
         if flow != "agg":
             answering = pick(self.config.decode_urls, conversation)
@@ -258,61 +311,53 @@ class Router:
                 raw = None
         prompt = upstream["prompt"]
         log.prompt_tokens = len(prompt)
+        too_long = openai_api.length_problem(body, len(prompt), self.config.max_model_len)
+        if too_long:  # before P spends a prefill on it
+            return self._refused(log, 400, too_long, timing)
         if state.settled is not None:  # the last turn's params first (bounded: see _remember_d)
             await state.settled.wait()
         p_url = pick(self.config.prefill_urls, conversation) if self.config.prefill_urls else ""
         self.in_flight[p_url] = self.in_flight.get(p_url, 0) + 1
+        turn_of = Turn(api, flow, state, session, conversation, prompt, upstream, raw, rid, p_url)
         try:
-            return await self._serve_turn(
-                request,
-                api,
-                flow,
-                state,
-                session,
-                conversation,
-                prompt,
-                upstream,
-                raw,
-                rid,
-                log,
-                timing,
-                p_url,
-            )
+            return await self._serve_turn(request, turn_of, log, timing)
         finally:
             self.in_flight[p_url] -= 1
 
-    async def _serve_turn(
-        self,
-        request,
-        api,
-        flow,
-        state,
-        session,
-        conversation,
-        prompt,
-        upstream,
-        raw,
-        rid,
-        log,
-        timing,
-        p_url,
-    ):
-        """Route one turn (``p_url``: its P, whose turns in flight are the policy's load)."""
-        log.load_in_flight = self.in_flight.get(p_url, 0)
-        route = self.policy.choose(flow, state, prompt, time.monotonic(), log.load_in_flight)
+    def _refused(self, log: TurnLog, status: int, message: str, timing: TurnTiming):
+        """The client's request is wrong: answered as vLLM would, logged, counted apart."""
+        self.stats.refused += 1
+        log.error = message
+        return self._logged(log, _error(status, message), timing)
+
+    async def _serve_turn(self, request, t: Turn, log: TurnLog, timing: TurnTiming):
+        """Route one turn (``t.p_url``: its P, whose turns in flight are the policy's load)."""
+        state = t.state
+        log.load_in_flight = self.in_flight.get(t.p_url, 0)
+        route = self.policy.choose(t.flow, state, t.prompt, time.monotonic(), log.load_in_flight)
         self.stats.paths[route.path] = self.stats.paths.get(route.path, 0) + 1
         log.path, log.diverged_at, log.offered_tokens = route.path, route.diverged_at, route.offered
         if route.decision is not None:
             log.decision = route.decision.record()
         if state.d_params is not None and route.diverged_at < 0:
-            log.held_tokens = min(state.d_tokens, len(prompt))
+            log.held_tokens = min(state.d_tokens, len(t.prompt))
         # The next turn of this conversation waits until this one's D params are settled.
         settled = None
-        if session and flow in PULL_FLOWS and route.path != "agg":
+        if t.session and t.flow in PULL_FLOWS and route.path != "agg":
             settled = state.settled = asyncio.Event()
         try:
             response = await self._route(
-                request, state, conversation, route, upstream, raw, rid, settled, timing, api, log
+                request,
+                state,
+                t.conversation,
+                route,
+                t.upstream,
+                t.raw,
+                t.rid,
+                settled,
+                timing,
+                t.api,
+                log,
             )
             return self._logged(log, response, timing)
         finally:
@@ -322,9 +367,16 @@ class Router:
                     state.settled = None
 
     def _logged(self, log: TurnLog, response, timing: TurnTiming):
-        """Write the turn's log line (status, spans) and return ``response``."""
+        """Write the turn's log line (status, spans) and return ``response``, which carries
+        the client's ``X-Request-ID`` back."""
         # a stream cut after it began went out as 200: the log says what the client got
-        log.status = 502 if log.error.startswith("stream cut") else response.status
+        log.status = response.status
+        if log.error.startswith("stream cut"):
+            log.status = 502
+        elif log.error.startswith("client disconnected"):
+            log.status = 499
+        if log.client_request_id and not response.prepared:
+            response.headers[CLIENT_REQUEST_ID_HEADER] = log.client_request_id
         if timing.d_sent:
             log.spans_ms = timing.spans_ms()
             log.spans_ms["last"] = ((timing.d_last or time.perf_counter()) - timing.d_sent) * 1e3
@@ -347,7 +399,7 @@ class Router:
                 return list(_loads(payload)["tokens"])
         except (aiohttp.ClientError, TimeoutError) as exc:
             self.stats.failed += 1
-            return _error(502, f"router (tokenize): {type(exc).__name__}: {exc}")
+            return _error(502, f"the serving instance did not tokenize ({type(exc).__name__})")
 
     async def _route(
         self, request, state, conversation, route, body, raw, rid, settled, timing, api, log
@@ -357,6 +409,8 @@ class Router:
         path = route.path
         c = self.config
         extra = {REQUEST_ID_HEADER: rid}
+        if log.client_request_id:  # streamed answers carry it from their first chunk
+            extra[CLIENT_REQUEST_ID_HEADER] = log.client_request_id
         try:
             if path == "agg":
                 target = pick(c.agg_urls or c.decode_urls, conversation)
@@ -367,8 +421,8 @@ class Router:
             else:
                 p_url = pick(c.prefill_urls, conversation)
                 timing.p_sent = time.perf_counter()
-                p_resp = await self._post_json(
-                    p_url, prefill_body(body, route.p_params), f"{rid}-p"
+                p_resp = await self._unless_client_left(
+                    request, self._post_json(p_url, prefill_body(body, route.p_params), f"{rid}-p")
                 )
                 timing.p_answered = time.perf_counter()
                 extra[PREFILL_MS_HEADER] = f"{(timing.p_answered - timing.p_sent) * 1e3:.3f}"
@@ -377,18 +431,64 @@ class Router:
             response = await self._relay(
                 request, d_url, d_body, f"{rid}-d", path, None, extra, timing, api
             )
-        except StreamCut as cut:  # the stream broke after it began: the client was cut off
-            self.stats.failed += 1
-            log.error = f"stream cut: {type(cut.cause).__name__}: {cut.cause}"
+        except ClientGone as gone:  # before the answer began: P's request was closed
+            self.stats.cancelled += 1
+            log.error = f"client disconnected: {gone}"
+            return _error(499, "client disconnected", {PATH_HEADER: path})
+        except StreamCut as cut:  # the stream broke after it began
+            if isinstance(cut.cause, ClientGone):  # the client left: nothing failed here
+                self.stats.cancelled += 1
+                log.error = f"client disconnected: {cut.cause}"
+            else:  # upstream broke: the client was cut off
+                self.stats.failed += 1
+                log.error = f"stream cut: {type(cut.cause).__name__}: {cut.cause}"
             return cut.response
+        except UpstreamError as exc:
+            log.error = f"{exc}: {exc.body[:500].decode(errors='replace')}"
+            if 400 <= exc.status < 500:  # the request was wrong: vLLM's own answer
+                self.stats.refused += 1
+                return web.Response(
+                    body=exc.body,
+                    status=exc.status,
+                    content_type="application/json",
+                    headers={PATH_HEADER: path},
+                )
+            self.stats.failed += 1
+            return _error(
+                502, f"the {exc.role} instance failed (HTTP {exc.status})", {PATH_HEADER: path}
+            )
         except Exception as exc:  # upstream failure: a clear error, never a silent drop
             self.stats.failed += 1
-            log.error = f"{type(exc).__name__}: {exc}"
-            return _error(502, f"router ({path}): {log.error}", {PATH_HEADER: path})
+            log.error = f"{type(exc).__name__}: {exc}"  # the log has the instance's address
+            return _error(
+                502,
+                f"a serving instance failed on this request ({type(exc).__name__})",
+                {PATH_HEADER: path},
+            )
         if settled is not None and response.status == 200:
             await self._remember_d(state, d_url, f"{rid}-d", body["prompt"])
         state.turns += 1
         return response
+
+    async def _unless_client_left(self, request, work):
+        """``work``'s result, unless the client's connection closes first: then ``work`` is
+        cancelled (its request to the instance closes, and vLLM aborts a request whose
+        client closed) and ``ClientGone`` raised. Checked every ``CLIENT_CHECK_S``."""
+        task = asyncio.ensure_future(work)
+        while True:
+            try:
+                done, _ = await asyncio.wait({task}, timeout=CLIENT_CHECK_S)
+            except asyncio.CancelledError:  # a server that cancels handlers did: P's too
+                task.cancel()
+                raise
+            if done:
+                return task.result()
+            transport = request.transport
+            if transport is None or transport.is_closing():
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+                raise ClientGone("the client left while P prefilled its prompt")
 
     async def _remember_d(
         self, state: ConversationState, d_url: str, d_rid: str, prompt: list[int]
@@ -439,10 +539,10 @@ class Router:
 
     async def _post_json(self, url: str, body: dict[str, Any], rid: str) -> dict[str, Any]:
         async with await self._send(url, body, rid) as resp:
-            data = await resp.json(content_type=None)
+            payload = await resp.read()
             if resp.status != 200:
-                raise RuntimeError(f"{url} answered {resp.status}: {data}")
-            return data
+                raise UpstreamError("prefill", resp.status, payload)
+            return _loads(payload)
 
     async def _relay(
         self,
@@ -470,13 +570,17 @@ class Router:
                 headers[ROUTER_SPANS_HEADER] = format_spans(timing.spans_ms())
                 if api == CHAT and upstream.status == 200:
                     payload = _dumps(openai_api.chat_response(_loads(payload), rid))
+                elif upstream.status == 200 and b"kv_transfer_params" in payload:
+                    payload = _dumps(openai_api.without_internals(_loads(payload)))
                 return web.Response(
                     body=payload,
                     status=upstream.status,
                     content_type="application/json",
                     headers=headers,
                 )
-            chat = ChatStream(rid, _loads, _dumps) if api == CHAT else None
+            stream = (
+                ChatStream(rid, _loads, _dumps) if api == CHAT else CompletionStream(_loads, _dumps)
+            )
             chunks = upstream.content.iter_any()
             first = await anext(chunks, b"")
             timing.d_first = time.perf_counter()
@@ -486,14 +590,21 @@ class Router:
             )
             await response.prepare(request)
             tail = b""  # the last bytes the client got: has it the stream's end?
+
+            async def send(out: bytes) -> None:
+                try:
+                    await response.write(out)
+                except ConnectionError as exc:  # aiohttp's ClientConnectionResetError too
+                    raise ClientGone(f"{type(exc).__name__}: {exc}") from exc
+
             try:
-                out = chat.feed(first) if chat else first
-                await response.write(out)
+                out = stream.feed(first)
+                await send(out)
                 tail = (tail + out)[-len(STREAM_END) :]
                 async for chunk in chunks:
-                    out = chat.feed(chunk) if chat else chunk
+                    out = stream.feed(chunk)
                     if out:
-                        await response.write(out)
+                        await send(out)
                         tail = (tail + out)[-len(STREAM_END) :]
             except Exception as exc:
                 if tail != STREAM_END:
@@ -536,8 +647,15 @@ class Router:
         return await self._forward_post(request, "/detokenize")
 
     async def handle_flow(self, request):
-
-        data = await request.json()
+        try:
+            data = _loads(await request.read())
+        except ValueError as exc:
+            return web.json_response({"error": f"the body is not JSON: {exc}"}, status=400)
+        if not isinstance(data, dict):
+            return web.json_response(
+                {"error": 'the body must be a JSON object: {"flow": NAME, "tag": TEXT}'},
+                status=400,
+            )
         flow = data.get("flow")
         problem = self.flow_problem(flow)
         if problem:
@@ -580,6 +698,8 @@ class Router:
                 "missing_params": s.missing_params,
                 "failed": s.failed,
                 "retries": s.retries,
+                "refused": s.refused,
+                "cancelled": s.cancelled,
                 "conversations": len(self.conversations),
                 "policy": self.loaded_policy.describe() if self.loaded_policy else None,
             }
@@ -616,8 +736,8 @@ class Router:
 
 
 def _error(status: int, message: str, headers: dict[str, str] | None = None):
-    """An OpenAI-style error answer."""
-    return web.json_response({"error": {"message": message}}, status=status, headers=headers)
+    """An error answer in vLLM's shape (nothing of the instances' addresses in it)."""
+    return web.json_response(openai_api.error_body(status, message), status=status, headers=headers)
 
 
 def _cached_tokens(response: dict[str, Any]) -> int:

@@ -2,6 +2,8 @@
 
 CONVERSATION_HEADER = "X-Pdbench-Conversation"  # conversation id: the router's affinity key
 TURN_HEADER = "X-Pdbench-Turn"
+# The client's own request id: recorded with the turn and echoed in the answer.
+CLIENT_REQUEST_ID_HEADER = "X-Request-ID"
 PATH_HEADER = "X-Pdbench-Path"  # the route the router took for the turn (response)
 # How long P took for this turn, as the router saw it (ms; absent when P was not asked): the
 # share of TTFT spent before D got the request (response).

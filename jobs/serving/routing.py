@@ -32,8 +32,10 @@ class RouterStats:
     # turns whose prompt did not begin with exactly D's tokens: recomputed, not pulled
     diverged: int = 0
     missing_params: int = 0  # turns whose D params never came: the next turn recomputes
-    failed: int = 0
+    failed: int = 0  # the deployment failed the turn (502/503)
     retries: int = 0
+    refused: int = 0  # the client's request was wrong (4xx, the router's or an instance's)
+    cancelled: int = 0  # the client left before its answer ended (recorded as 499)
 
 
 @dataclass

@@ -3,7 +3,8 @@ whether the next prompt extends exactly that.
 
 A request belongs to a conversation when it names one: the ``X-Session-ID`` header (what
 vLLM's ``benchmarks/multi_turn`` client sends with ``--send-conversation-id``, beside a
-``conversation_id`` body field), pdbench's ``X-Pdbench-Conversation``, or that body field.
+``conversation_id`` body field), pdbench's ``X-Pdbench-Conversation``, AIPerf's
+``X-Correlation-ID`` (its multi-turn mode's default), or that body field.
 Without one the request stands alone: no state is kept, nothing is pulled for it.
 
 What D holds after a turn is the KV of the first ``remote_num_tokens`` tokens of that turn's
@@ -24,12 +25,13 @@ from jobs.serving.router_headers import CONVERSATION_HEADER
 
 SESSION_HEADER = "X-Session-ID"  # vLLM's benchmarks/multi_turn client, --send-conversation-id
 SESSION_BODY_KEY = "conversation_id"  # the same client's body field (vLLM's multi-turn proxy)
+CORRELATION_HEADER = "X-Correlation-ID"  # AIPerf's multi-turn mode: one id per conversation
 PRUNE_EVERY = 256  # requests between sweeps of idle conversations
 
 
 def session_of(headers: Mapping[str, str], body: dict[str, Any]) -> str:
     """The conversation a request names ("" when none: it stands alone)."""
-    for name in (CONVERSATION_HEADER, SESSION_HEADER):
+    for name in (CONVERSATION_HEADER, SESSION_HEADER, CORRELATION_HEADER):
         value = headers.get(name, "")
         if value:
             return value

@@ -41,7 +41,7 @@ from pdbench.plan.deployments import (
 from pdbench.plan.points import ORDER_DESIGN, Point
 from pdbench.results.jsonable import to_jsonable
 from pdbench.spec.sbatch import local_parameters, sbatch_script
-from pdbench.spec.serve_command import serve_command, serve_env
+from pdbench.spec.serve_command import serve_command, serve_env, served_model_name
 from pdbench.spec.transfer_probe import TransferProbe, transfer_probe
 from pdbench.spec.vllm_install import VllmInstall
 
@@ -368,6 +368,9 @@ def _router_spec(
         "kv_params_urls": [i.kv_params_url for i in instances if i.role == "decode"],
         "host": host,
         "bidirectional": dep.bidirectional,  # D keeps its KV for P: pull, decode_first
+        # what a request is checked against before P works on it (404, 400)
+        "model": served_model_name(dep),
+        "max_model_len": dep.model.max_model_len,
         # what the policy's entry must match (pdbench.results.policy_file.entry_for)
         "policy_target": dep.policy_target() if dep.flow.policy else None,
         # every request the router serves, one line each (jobs.serving.request_log)

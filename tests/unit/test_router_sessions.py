@@ -25,6 +25,8 @@ def test_a_conversation_is_named_by_a_header_or_the_multi_turn_clients_body_fiel
     assert session_of({CONVERSATION_HEADER: "p:1", SESSION_HEADER: "c7"}, {}) == "p:1"
     assert session_of({}, {"conversation_id": 12}) == "12"
     assert session_of({}, {"messages": []}) == ""  # it stands alone
+    assert session_of({"X-Correlation-ID": "aiperf-3"}, {}) == "aiperf-3"  # AIPerf's default
+    assert session_of({SESSION_HEADER: "c7", "X-Correlation-ID": "a"}, {}) == "c7"
 
 
 def test_d_holds_its_prompt_and_output_as_far_as_vllms_count():
