@@ -15,6 +15,7 @@ from omegaconf import MISSING, OmegaConf
 
 from connector.bench_config import TransferBenchConfig
 from connector.layout import llama_parameter_count
+from pdbench.config.bounds import MANY, PORT, SEED, TOKENS, WEEK_S, bounded
 
 
 class ExecutorKind(Enum):
@@ -153,35 +154,37 @@ class ClusterConfig:
 
     name: str = "local"
     executor: ExecutorKind = ExecutorKind.local
-    nodes: int = 1
-    gpus_per_node: int = 0
+    nodes: int = bounded(1, low=1, high=10_000)
+    gpus_per_node: int = bounded(0, low=0, high=64)
     # Memory of one GPU in GiB as nvidia-smi reports it (memory.total MiB / 1024); 0: unknown,
     # the weights-fit check is skipped. The preflight compares it with the nodes' GPUs.
-    gpu_memory_gib: float = 0.0
+    gpu_memory_gib: float = bounded(0.0, low=0, high=4096)
     # Dense bf16 TFLOPS of one GPU (H100 SXM: 989); 0: unknown, nothing is estimated from it.
     # The prefill wave's expected time (pdbench/plan/prefill_wave.py) sizes the lease premise
     # and the dry run's Points per attempt.
-    gpu_tflops: float = 0.0
-    cpus_per_node: int = 0  # 0: the cores of the machine running the driver
+    gpu_tflops: float = bounded(0.0, low=0, high=100_000)
+    cpus_per_node: int = bounded(
+        0, low=0, high=4096
+    )  # 0: the cores of the machine running the driver
     partition: str = ""
     account: str = ""
     qos: str = ""
-    time_limit_min: int = 60
+    time_limit_min: int = bounded(60, low=1, high=43_200)
     # Seconds before the time limit SLURM sends USR2 (sbatch --signal=USR2@N): the job
     # checkpoints, requeues itself and stops its servers; the requeued job measures the
     # Points not recorded ok. 0: 120 s, at most half the limit. Give it the teardown's time.
-    signal_delay_s: int = 0
+    signal_delay_s: int = bounded(0, low=0, high=86_400)
     # How many times a job cut by its time limit is requeued (submitit's max_num_timeout,
     # whose own default, 3, stopped long sweeps part-way). 0: one per Point of the job, the
     # most a sweep can need, since an attempt that records no Point is not requeued.
-    max_requeues: int = 0
+    max_requeues: int = bounded(0, low=0, high=10_000)
     # sbatch/srun --cpus-per-task of the one task per node; 0: cpus_per_node, else (whole
     # nodes: exclusive or GPUs) every core SLURM allocates on the node.
-    cpus_per_task: int = 0
-    mem_gb: int = 0  # 0: SLURM's default
+    cpus_per_task: int = bounded(0, low=0, high=4096)
+    mem_gb: int = bounded(0, low=0, high=100_000)  # 0: SLURM's default
     constraint: str = ""
     exclusive: bool = False
-    array_parallelism: int = 4
+    array_parallelism: int = bounded(4, low=1, high=10_000)
     # sbatch --wckey; "": none (submitit would write --wckey=submitit, which sites that
     # enforce wckeys reject).
     wckey: str = ""
@@ -216,17 +219,17 @@ class ModelConfig:
     name: str = MISSING
     path: str = ""
     generate: bool = False
-    num_layers: int = MISSING
-    hidden_size: int = MISSING
-    num_attention_heads: int = MISSING
-    num_kv_heads: int = MISSING
-    head_dim: int = 0  # 0: hidden_size // num_attention_heads
-    intermediate_size: int = MISSING
-    vocab_size: int = MISSING
-    max_model_len: int = 2048
+    num_layers: int = bounded(MISSING, low=1, high=10_000)
+    hidden_size: int = bounded(MISSING, low=1, high=MANY)
+    num_attention_heads: int = bounded(MISSING, low=1, high=10_000)
+    num_kv_heads: int = bounded(MISSING, low=1, high=10_000)
+    head_dim: int = bounded(0, low=0, high=65_536)  # 0: hidden_size // num_attention_heads
+    intermediate_size: int = bounded(MISSING, low=1, high=10 * MANY)
+    vocab_size: int = bounded(MISSING, low=1, high=10 * MANY)
+    max_model_len: int = bounded(2048, low=1, high=TOKENS)
     dtype: Dtype = Dtype.bfloat16
     tie_word_embeddings: bool = False  # config.json's; true: one embedding matrix, not two
-    seed: int = 0
+    seed: int = bounded(0, low=0, high=SEED)
 
     @property
     def resolved_head_dim(self) -> int:
@@ -250,8 +253,8 @@ class ModelConfig:
 class RoleSpec:
     """How many instances of one role and the tensor-parallel size of each."""
 
-    count: int = 1
-    tp: int = 1
+    count: int = bounded(1, low=0, high=1000)
+    tp: int = bounded(1, low=1, high=1024)
 
 
 @dataclass
@@ -278,10 +281,12 @@ class TransportConfig:
     # the KV: the preflight checks each node has one, Points are flagged when none did.
     # []: no expectation. Only intra-node ones (cuda_ipc, shared memory): KV stays on a node.
     expected_ucx_transports: list[str] = field(default_factory=list)
-    expected_gb_s: float = 0.0  # what the link should give; 0: unknown, no flag raised
+    expected_gb_s: float = bounded(
+        0.0, low=0, high=100_000
+    )  # what the link should give; 0: unknown, no flag raised
     # The transfer preflight (one KV-shaped NIXL read before any server starts) fails a run
     # reading under this share of expected_gb_s; 0 (or expected_gb_s 0, as on CPU): no floor.
-    preflight_floor_share: float = 0.1
+    preflight_floor_share: float = bounded(0.1, low=0, high=1)
     env: dict[str, str] = field(default_factory=dict)
 
 
@@ -290,17 +295,21 @@ class FlowConfig:
     """Which flows to measure and the connector knobs they need."""
 
     flows: list[Flow] = field(default_factory=lambda: [Flow.agg, Flow.recompute, Flow.pull])
-    kv_recompute_threshold: int = 64
-    kv_recompute_thresholds: list[int] = field(default_factory=list)  # deployment axis
-    decoder_kv_blocks_ttl_s: int = 60
-    decoder_kv_blocks_ttls_s: list[int] = field(default_factory=list)  # deployment axis
+    kv_recompute_threshold: int = bounded(64, low=0, high=TOKENS)
+    kv_recompute_thresholds: list[int] = bounded(
+        factory=list, low=0, high=TOKENS
+    )  # deployment axis
+    decoder_kv_blocks_ttl_s: int = bounded(60, low=0, high=WEEK_S)
+    decoder_kv_blocks_ttls_s: list[int] = bounded(
+        factory=list, low=1, high=WEEK_S
+    )  # deployment axis
     # Servers' KV occupancy sampled this often during each Point (kv_timeline; 0: off).
-    kv_sample_period_s: float = 0.5
+    kv_sample_period_s: float = bounded(0.5, low=0, high=3600)
     # After each Point's load, sample on until the decode instances are back at their
     # starting occupancy, at most TTL + 5 s: the blocks the TTL alone holds, measured (and
     # the next Point starts without them).
     kv_tail: bool = False
-    cache_hit_threshold: float = 0.8
+    cache_hit_threshold: float = bounded(0.8, low=0, high=1)
     decode_first_fallback: Flow = Flow.pull
     # flow policy: the policy.json (``python -m analysis`` of an earlier run) whose rule the
     # router applies per turn (pdbench/results/policy_rule.py). Its entry must be for this
@@ -315,86 +324,96 @@ class WorkloadConfig:
     """Multi-turn conversations: N conversations x T turns of U user and O output tokens."""
 
     kind: WorkloadKind = WorkloadKind.multi_turn
-    conversations: int = 4
-    turns: int = 4
+    conversations: int = bounded(4, low=1, high=MANY)
+    turns: int = bounded(4, low=1, high=10_000)
     # > turns: each conversation has a number of turns drawn uniformly in [turns, turns_max]
-    turns_max: int = 0
-    user_tokens: int = 64
-    output_tokens: int = 16
-    user_tokens_jitter: float = 0.0  # user message lengths spread around U (0: all U), seeded
-    output_tokens_jitter: float = 0.0  # output lengths spread around O (0: all O), seeded
+    turns_max: int = bounded(0, low=0, high=10_000)
+    user_tokens: int = bounded(64, low=1, high=TOKENS)
+    output_tokens: int = bounded(16, low=1, high=TOKENS)
+    user_tokens_jitter: float = bounded(
+        0.0, low=0, high=10
+    )  # user message lengths spread around U (0: all U), seeded
+    output_tokens_jitter: float = bounded(
+        0.0, low=0, high=10
+    )  # output lengths spread around O (0: all O), seeded
     # How lengths spread: "uniform" in mean * (1 +- jitter), or "lognormal" (sigma = jitter,
     # same mean, a long tail clipped at mean * (1 + 3 * jitter)).
     length_distribution: LengthDistribution = LengthDistribution.uniform
-    history_tokens: list[int] = field(default_factory=lambda: [0])  # sweep axis: prefix
+    history_tokens: list[int] = bounded(
+        factory=lambda: [0], low=0, high=TOKENS
+    )  # sweep axis: prefix
     # Below 1: each conversation's prefix length is lognormal with mean history_tokens and
     # median history_median_ratio x mean (vLLM benchmarks/multi_turn's parameters), at most
     # history_tokens_max (0: 3 x the mean); 1: every prefix is history_tokens long.
-    history_median_ratio: float = 1.0
-    history_tokens_max: int = 0
-    common_prefix_tokens: int = 0  # tokens every conversation starts with (a system prompt)
+    history_median_ratio: float = bounded(1.0, low=0, high=1, above=True)
+    history_tokens_max: int = bounded(0, low=0, high=TOKENS)
+    common_prefix_tokens: int = bounded(
+        0, low=0, high=TOKENS
+    )  # tokens every conversation starts with (a system prompt)
     api: ClientApi = ClientApi.completions
     # Edits of the history before a turn (>= 2), on history_edit_share of the turns (seeded:
     # the same turns in every flow); the router must then recompute, never pull.
     history_edit: HistoryEdit = HistoryEdit.none
-    history_edit_share: float = 0.5
+    history_edit_share: float = bounded(0.5, low=0, high=1)
     # Further Point axes (servers stay up): the working set and the load. []: just
     # ``conversations`` / ``concurrency``.
-    conversation_counts: list[int] = field(default_factory=list)
-    concurrencies: list[int] = field(default_factory=list)
-    concurrency: int = 4
+    conversation_counts: list[int] = bounded(factory=list, low=1, high=MANY)
+    concurrencies: list[int] = bounded(factory=list, low=1, high=MANY)
+    concurrency: int = bounded(4, low=1, high=MANY)
     # waves: request_rate (> 0) spaces each wave's starts, 0 as fast as concurrency allows;
     # poisson, gamma: an open loop offering request_rate turns/s (same sequence every flow)
     arrival: Arrival = Arrival.waves
-    request_rate: float = 0.0  # requests/s
-    burstiness: float = 1.0  # gamma arrivals: the gaps' coefficient of variation (1: Poisson)
-    request_timeout_s: float = 120.0
-    seed: int = 0
+    request_rate: float = bounded(0.0, low=0, high=MANY)  # requests/s
+    burstiness: float = bounded(
+        1.0, low=0, high=10, above=True
+    )  # gamma arrivals: the gaps' coefficient of variation (1: Poisson)
+    request_timeout_s: float = bounded(120.0, low=0, high=WEEK_S, above=True)
+    seed: int = bounded(0, low=0, high=SEED)
     # Independent repetitions of every (flow, history length): Points of their own, with fresh
     # conversations (token ids from ``pdbench.plan.points.repetition_seed(seed, r)``) and their
     # own cache salt. Repetition r has the same token ids in every flow (requests pair across
     # flows by conversation and turn). 1 gives no interval (refused), 2 a wide one (warned).
-    repetitions: int = 3
+    repetitions: int = bounded(3, low=1, high=10_000)
     # Seed of each Deployment's run order: randomized complete blocks, one block per (history
     # length, repetition) holding every flow in a shuffled order (pdbench/plan/points.py).
-    order_seed: int = 0
+    order_seed: int = bounded(0, low=0, high=SEED)
 
 
 @dataclass
 class ServerConfig:
     """vLLM server flags shared by every instance of a deployment."""
 
-    block_size: int = 32
+    block_size: int = bounded(32, low=1, high=4096)
     prefill_prefix_caching: bool = False
     decode_prefix_caching: bool = True
-    max_num_seqs: int = 16
-    gpu_memory_utilization: float = 0.85
-    cpu_kvcache_space_gb: int = 1
+    max_num_seqs: int = bounded(16, low=1, high=MANY)
+    gpu_memory_utilization: float = bounded(0.85, low=0, high=1, above=True)
+    cpu_kvcache_space_gb: int = bounded(1, low=0, high=100_000)
     # Cores (OMP threads) of each TP rank on CPU builds: an instance of TP n is pinned to
     # n x this many cores, one set per rank (VLLM_CPU_OMP_THREADS_BIND "a|b").
-    cpu_threads_per_instance: int = 1
+    cpu_threads_per_instance: int = bounded(1, low=1, high=4096)
     # Let ranks share cores when the plan needs more than a node has (local executor):
     # an instance's ranks share its own cores first (README, "Heterogeneous TP on CPU").
     cpu_share_cores: bool = False
     # KV-cache blocks of each prefill / decode instance (vLLM --num-gpu-blocks-override);
     # 0: what memory holds. A small prefill cache makes P evict (cache_pressure); a small
     # one everywhere makes NIXL's handshake register fewer blocks.
-    prefill_kv_blocks: int = 0
-    decode_kv_blocks: int = 0
+    prefill_kv_blocks: int = bounded(0, low=0, high=1000 * MANY)
+    decode_kv_blocks: int = bounded(0, low=0, high=1000 * MANY)
     # The three below are chosen per cluster kind in conf/config.yaml (``by_device``): vLLM's
     # own values on GPU clusters, the CPU presets' on CPU ones. Set them to override.
     # CUDA graphs on (vLLM's default); true only where there are none (vLLM-CPU).
     enforce_eager: bool = False
     # Seconds a server may take to answer /health: 70B from a shared filesystem reads
     # ~140 GB per instance, then compiles and captures CUDA graphs.
-    startup_timeout_s: float = 1800.0
-    base_port: int = 8100
-    side_channel_base_port: int = 5600
+    startup_timeout_s: float = bounded(1800.0, low=0, high=WEEK_S, above=True)
+    base_port: int = bounded(8100, low=1, high=PORT)
+    side_channel_base_port: int = bounded(5600, low=1, high=PORT)
     # VLLM_PORT of instance i: vllm_base_port + 16 * i, where vLLM's own ports start (torch
     # distributed init of TP ranks...). Unset, each server takes a free port and releases it
     # before binding: two TP > 1 servers starting at once on one node can pick the same.
-    vllm_base_port: int = 19000
-    router_port: int = 8000
+    vllm_base_port: int = bounded(19000, low=1, high=PORT)
+    router_port: int = bounded(8000, low=1, high=PORT)
     # What vLLM does when a KV pull fails (e.g. the peer's lease on the blocks ran out):
     # "fail" the request (vLLM's default, an HTTP 500: what GPU clusters use, so that a broken
     # transport cannot pass for a slow one) or "recompute" the missing blocks (the request
@@ -453,13 +472,23 @@ class SearchConfig:
 
     # log-spaced lengths from min to max history tokens, workload.repetitions each; from 0:
     # no history (the shortest turn 2 there is), then log-spaced from 16 tokens
-    first_pass_lengths: int = 8
-    min_history_tokens: int = 0
-    max_history_tokens: int = 0  # 0: the longest the model's context leaves for the history
-    round_repetitions: int = 2  # added per chosen length in each later round
-    target_relative_width: float = 0.25  # stop once the interval is this share of the estimate
-    budget_min: float = 8.0  # measuring time (Points' own durations, all loads), minutes
-    max_points: int = 600  # at most this many Points per Deployment, first pass included
+    first_pass_lengths: int = bounded(8, low=2, high=1000)
+    min_history_tokens: int = bounded(0, low=0, high=TOKENS)
+    max_history_tokens: int = bounded(
+        0, low=0, high=TOKENS
+    )  # 0: the longest the model's context leaves for the history
+    round_repetitions: int = bounded(
+        2, low=1, high=1000
+    )  # added per chosen length in each later round
+    target_relative_width: float = bounded(
+        0.25, low=0, high=1, above=True
+    )  # stop once the interval is this share of the estimate
+    budget_min: float = bounded(
+        8.0, low=0, high=100_000, above=True
+    )  # measuring time (Points' own durations, all loads), minutes
+    max_points: int = bounded(
+        600, low=1, high=MANY
+    )  # at most this many Points per Deployment, first pass included
 
 
 @dataclass
@@ -468,8 +497,10 @@ class SloConfig:
     turns per second, meeting both). Operational: the analysis applies them to the records
     (``analysis/questions/policy_check.py``), nothing measured depends on them. 0: no bound."""
 
-    ttft_ms: float = 0.0  # time to first token, client side
-    tpot_ms: float = 0.0  # time per output token after the first (vllm bench serve's TPOT)
+    ttft_ms: float = bounded(0.0, low=0, high=10 * MANY)  # time to first token, client side
+    tpot_ms: float = bounded(
+        0.0, low=0, high=10 * MANY
+    )  # time per output token after the first (vllm bench serve's TPOT)
 
 
 @dataclass

@@ -49,6 +49,7 @@ from pdbench.plan.lengths import history_cap, longest_conversation, max_length
 from pdbench.spec import server_flags
 from pdbench.validate import capacity
 from pdbench.validate.bench import check_transfer_bench
+from pdbench.validate.bounds import check_bounds, within_bounds
 from pdbench.validate.gpu import GPU_RULES
 from pdbench.validate.model_source import is_local_path, weights_in
 from pdbench.validate.policy import check_policy, warn_policy_forced
@@ -853,8 +854,24 @@ WARNINGS: tuple[Rule, ...] = (
 
 
 def validate(cfg: RunConfig) -> list[ConfigProblem]:
-    """Every problem of ``cfg``; an empty list when it can be planned and launched."""
-    return [problem for rule in RULES for problem in rule(cfg)]
+    """Every problem of ``cfg``; an empty list when it can be planned and launched. A
+    setting out of its declared range (``check_bounds``) is reported unless a rule of its
+    own already refused it (with the more specific reason)."""
+    out_of_range = check_bounds(cfg)
+    # rules see non-finite and huge values replaced (a plan of 10**15 conversations never
+    # ends, inf breaks arithmetic); low ones as given, each refused with its own reason
+    seen = within_bounds(cfg, out_of_range) if out_of_range else cfg
+    problems: list[ConfigProblem] = []
+    for rule in RULES:
+        try:
+            problems += rule(seen)
+        except (ArithmeticError, ValueError, TypeError):
+            if not out_of_range:  # a bug of the rule, not a value it cannot take
+                raise
+            # a rule that computes with a setting out of range (a hidden size of 0): the
+            # bound's problem says what is wrong
+    named = {p.field for p in problems}
+    return problems + [p for p in out_of_range if p.field not in named]
 
 
 def warnings(cfg: RunConfig) -> list[ConfigProblem]:

@@ -1,0 +1,86 @@
+"""Every numeric setting is bounded where it is declared: each numeric field of the schema
+(and of the transfer bench's settings) has bounds, and nan, inf, -1, 0 and a huge value are
+refused or taken exactly as those bounds say, with the field, the value and a fix."""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+
+import pytest
+
+from pdbench.config.bounds import Bounds, bounded
+from pdbench.config.schema import Command
+from pdbench.validate.bounds import check_bounds, numeric_fields
+from pdbench.validate.rules import validate
+from tests.unit.helpers import cpu_run
+
+pytestmark = pytest.mark.unit
+
+TRIES = (float("nan"), float("inf"), -1, 0, 10**15)
+
+
+def unbounded(obj) -> list[str]:
+    return [name for name, _, bounds in numeric_fields(obj) if bounds is None]
+
+
+def test_every_numeric_setting_declares_its_bounds():
+    names = [name for name, _, _ in numeric_fields(cpu_run())]
+    assert len(names) > 80  # the walk reaches every section, lists and the bench included
+    assert {"workload.request_rate", "bench.iterations", "flow.kv_recompute_thresholds"} <= set(
+        names
+    )
+    assert unbounded(cpu_run()) == []
+
+
+def test_a_numeric_field_added_without_bounds_is_caught():
+    @dataclasses.dataclass
+    class Grown:
+        size: int = bounded(1, low=1)
+        forgotten: float = 0.5
+        listed: list[int] = dataclasses.field(default_factory=list)
+
+    assert unbounded(Grown()) == ["forgotten", "listed"]
+
+
+def set_leaf(cfg, name: str, value) -> None:
+    *path, leaf = name.split(".")
+    obj = cfg
+    for part in path:
+        obj = getattr(obj, part)
+    current = getattr(obj, leaf)
+    if isinstance(value, float) and isinstance(current, int) and value.is_integer():
+        value = int(value)
+    setattr(obj, leaf, [value] if isinstance(current, list) else value)
+
+
+@pytest.mark.parametrize("name", [n for n, _, _ in numeric_fields(cpu_run())])
+def test_each_setting_refuses_what_its_bounds_refuse(name):
+    base = cpu_run()
+    if name.startswith("bench."):  # read by the transfer bench alone
+        base.command = Command.transfer_bench
+    bounds: Bounds = dict((n, b) for n, _, b in numeric_fields(base))[name]
+    for value in TRIES:
+        cfg = copy.deepcopy(base)
+        set_leaf(cfg, name, value)
+        mine = [p for p in check_bounds(cfg) if p.field == name]
+        expected = bounds.problem(value)
+        if value != value or value in (float("inf"), -1):  # nan, inf, negative: never
+            assert expected is not None, (name, value)
+        assert bool(mine) == bool(expected), (name, value, mine)
+        if mine:
+            (p,) = mine
+            assert f"{name}=" in p.fix and "use " in p.message
+            # the problem validate() reports for the field: this one, or its own rule's
+            assert [q for q in validate(cfg) if q.field == name], (name, value)
+
+
+def test_a_rule_of_its_own_keeps_its_message_and_bounds_add_no_second_one():
+    cfg = cpu_run()
+    cfg.workload.conversations = 0
+    mine = [p for p in validate(cfg) if p.field == "workload.conversations"]
+    assert len(mine) == 1
+    cfg = cpu_run()
+    cfg.search.target_relative_width = 2.0  # silently taken before
+    (p,) = [p for p in validate(cfg) if p.field == "search.target_relative_width"]
+    assert str(p).startswith("search.target_relative_width=2.0: ")
