@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import Enum, StrEnum
-from typing import Any
+from typing import Any, Optional
 
 from omegaconf import MISSING, OmegaConf
 
@@ -317,6 +317,9 @@ class FlowConfig:
     # the nearest entry anyway, and the records say so.
     policy: str = ""
     policy_force: bool = False
+    # The flow `python -m pdbench serve` serves (each one-flow group file names its own);
+    # null: the first of flows. Operational: nothing measured depends on it.
+    serve: Optional[Flow] = None  # noqa: UP045 - OmegaConf 2.3 reads Optional, not "X | None"
 
 
 @dataclass

@@ -1,7 +1,8 @@
 """``python -m pdbench serve``: start one deployment for any client and keep it up.
 
 The same plan, launch spec and job as a run (``pdbench.driver.launch``), with the spec's
-``serve_flow`` set: the job warms up, then serves that flow (the first of ``flow.flows``)
+``serve_flow`` set: the job warms up, then serves that flow (``flow.serve``, else the first of
+``flow.flows``)
 until it is stopped, measuring no Point (``jobs.run.serve``). This process follows the job
 and echoes its lines, the router's URL and the model among them; Ctrl-C stops the job (its
 servers stop) as it stops a run's (``pdbench.driver.submit.stopping_jobs_on``). On SLURM the
@@ -48,6 +49,26 @@ def serve_problem(plan: Plan) -> ConfigProblem | None:
     )
 
 
+def served_flow(cfg: RunConfig) -> str:
+    """The flow ``serve`` serves: ``flow.serve`` (a one-flow group file names its own), else
+    the first of ``flow.flows``; ConfigError when the deployment cannot serve it."""
+    f = cfg.flow
+    flow = f.serve or f.flows[0]
+    if flow not in f.flows:
+        raise ConfigError(
+            [
+                ConfigProblem(
+                    "flow.serve",
+                    flow.value,
+                    f"is not among flow.flows {[x.value for x in f.flows]}: the deployment "
+                    "would start without what it needs (D keeping its KV, a policy)",
+                    f"flow.serve={f.flows[0].value}, or add {flow.value} to flow.flows",
+                )
+            ]
+        )
+    return flow.value
+
+
 def serve(cfg: RunConfig, origin: LaunchOrigin) -> None:
     """Plan one deployment, print its launch (dry run) or start it and follow it until it
     stops."""
@@ -55,7 +76,7 @@ def serve(cfg: RunConfig, origin: LaunchOrigin) -> None:
     problem = serve_problem(plan)
     if problem is not None:
         raise ConfigError([problem])
-    flow = cfg.flow.flows[0].value
+    flow = served_flow(cfg)
     run_dir = RunDir.open(cfg, plan, origin, claim=not cfg.launch.dry_run)
     model_path = model_path_for(cfg, create=not cfg.launch.dry_run)
     spec = build_launch(cfg, plan, model_path, None, cluster_servers_vllm(cfg.cluster))

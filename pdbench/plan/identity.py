@@ -20,7 +20,8 @@ server     vLLM flags, KV space, threads, env, extra     startup_timeout_s, base
            args, kv_load_failure_policy                  side_channel_base_port, router_port,
                                                          vllm_base_port
 flow       kv_recompute_threshold, decoder_kv_blocks_   kv_sample_period_s (how often D's KV
-           ttl_s, kv_tail (D waits out the TTL after    occupancy is read, not what D does)
+           ttl_s, kv_tail (D waits out the TTL after    occupancy is read, not what D does),
+                                                         serve (what `serve` serves)
            each Point); for decode_first Points also
            cache_hit_threshold, decode_first_fallback;
            for policy, static_light and static_heavy
@@ -62,7 +63,7 @@ OPERATIONAL: dict[str, frozenset[str]] = {
         }
     ),
     "workload": frozenset({"request_timeout_s"}),
-    "flow": frozenset({"kv_sample_period_s"}),
+    "flow": frozenset({"kv_sample_period_s", "serve"}),
 }
 
 # Router knobs that change only the Points of one flow: in those Points' ids.

@@ -88,6 +88,8 @@ def _perturbed(value: Any) -> list[Any]:
         return [[*value, value[-1]] if value else ["--x"]]
     if isinstance(value, dict):
         return [{**value, "PDBENCH_X": "1"}]
+    if value is None:  # an optional enum left unset (flow.serve)
+        return [Flow.pull]
     raise TypeError(value)
 
 

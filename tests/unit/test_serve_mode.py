@@ -96,3 +96,20 @@ def test_the_router_refuses_a_flow_its_deployment_cannot_serve():
     assert router(bidirectional=False).flow_problem("recompute") == ""
     assert "no prefill" in router(prefill_urls=[]).flow_problem("recompute")
     assert router(prefill_urls=[]).flow_problem("agg") == ""
+
+
+def test_serve_serves_the_flow_its_group_names_or_refuses():
+    """`serve +experiment=smoke flow=decode_first` served agg (the first of the group's flows)
+    before; a one-flow group names what it serves, and a flow the deployment was not set up
+    for is refused."""
+    import pytest as _pytest
+
+    from pdbench.cli import compose_job
+    from pdbench.config.problems import ConfigError
+    from pdbench.driver.serve import served_flow
+
+    assert served_flow(compose_job(["+experiment=smoke", "flow=decode_first"])) == "decode_first"
+    assert served_flow(compose_job(["+experiment=smoke", "flow=pull"])) == "pull"
+    assert served_flow(compose_job(["+experiment=smoke"])) == "agg"  # flow=all: the first
+    with _pytest.raises(ConfigError, match="flow.serve=decode_first: is not among flow.flows"):
+        served_flow(compose_job(["+experiment=smoke", "flow=pull", "flow.serve=decode_first"]))
