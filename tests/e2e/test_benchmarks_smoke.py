@@ -57,12 +57,19 @@ def test_timing_fidelity_writes_matched_errors_for_each_stream_count(tmp_path):
         assert r["ids_equal"] is True
         for key in ("ttft_abs_error_ms", "itl_abs_error_ms", "source_late_ms"):
             assert set(r[key]) == STAT_KEYS
-        assert r["itl_abs_error_ms"]["n"] == r["matched"] * 5
+        # a gap read together with the next is one ITL the client could not time: every
+        # other gap is compared (a 2-core host running the e2e tier merged 8 of 80 once)
+        gaps = r["matched"] * 5 - r["itl_gaps_merged"]
+        assert r["itl_abs_error_ms"]["n"] == gaps
         assert r["ttft_abs_error_ms"]["n"] == r["matched"]
         assert r["tpot_abs_error_ms"]["n"] == r["e2e_abs_error_ms"]["n"] == r["matched"]
         rep, true = r["reported"], r["truth"]
-        assert rep["tokens_per_chunk"] == true["tokens_per_chunk"] == 2.0
-        assert rep["itl_ms"]["n"] == true["itl_ms"]["n"] == r["matched"] * 5
+        assert true["tokens_per_chunk"] == 2.0 and true["itl_ms"]["n"] == r["matched"] * 5
+        assert rep["itl_ms"]["n"] == gaps
+        if r["itl_gaps_merged"]:  # fewer chunks read, as many tokens
+            assert rep["tokens_per_chunk"] > 2.0
+        else:
+            assert rep["tokens_per_chunk"] == 2.0
         assert rep["itl_ms"]["p50"] > 0  # no 0.0 for the extra tokens of a chunk
     assert "unavailable" in data["results"]["vllm_bench_serve"]
 
