@@ -9,15 +9,9 @@ import json
 import pytest
 
 from pdbench.results import policy_file
-from pdbench.results.interval import Interval
-from pdbench.results.policy_file import (
-    DeploymentPolicy,
-    Policy,
-    PullCost,
-    RecomputeRate,
-    ThresholdBand,
-)
+from pdbench.results.policy_file import PolicyTarget
 from tests.e2e.conftest import NO_PREFLIGHT, outputs_by_turn, request_records, run_pdbench
+from tests.unit.helpers import planted_policy_for
 
 pytestmark = pytest.mark.e2e
 
@@ -28,32 +22,18 @@ pytestmark = pytest.mark.e2e
 CROSSOVER = 120
 
 
-def planted_policy(model: str = "tiny_llama", t0_ms: float = 12.0) -> Policy:
-    band = ThresholdBand(
-        concurrency=1,
-        min_concurrency=1,
-        max_concurrency=None,
-        kv_recompute_threshold=128,
-        threshold_interval=Interval(128),
-        crossover=Interval(CROSSOVER),
-        shape="crossing",
-        status="decided",
-    )
-    entry = DeploymentPolicy(
-        deployment_id="planted",
-        label=f"{model} · dram · TP 1->1 · same node (planted)",
-        model=model,
-        transport="dram",
-        tp_prefill=1,
-        tp_decode=1,
-        topology_class="same_node",
-        topology_source="placement",
-        block_size=32,
-        pull_cost=PullCost(Interval(t0_ms), Interval(0.0)),
-        recompute_rate=[RecomputeRate(1, Interval(10_000.0))],
-        thresholds=[band],
-    )
-    return Policy(["planted"], [entry])
+def planted_policy(model: str = "tiny_llama", t0_ms: float = 12.0):
+    """A policy for the smoke (or policy_check) deployment with a crossover of 10 x t0_ms."""
+    return planted_policy_for(PolicyTarget(model, "dram", 1, 1, "same_node", 32), t0_ms)
+
+
+def router_lines(run_dir) -> list[dict]:
+    """Every line of the run's router request logs."""
+    return [
+        json.loads(line)
+        for log in run_dir.glob("logs/*/router_requests.jsonl")
+        for line in log.read_text().splitlines()
+    ]
 
 
 def test_the_policy_flow_pulls_what_its_rule_says_and_matches_agg(tmp_path):
@@ -100,11 +80,7 @@ def test_the_policy_flow_pulls_what_its_rule_says_and_matches_agg(tmp_path):
     assert router["policy"]["path"] == str(path) and router["policy"]["forced"] is False
     assert router["policy"]["rule"] == "cost"
     # the router's record of each turn says which rule decided and on what inputs
-    lines = [
-        json.loads(line)
-        for log in run_dir.glob("logs/*/router_requests.jsonl")
-        for line in log.read_text().splitlines()
-    ]
+    lines = router_lines(run_dir)
     mine = f"pdb-{policy['point_id']}-"  # the Point's requests (not the warm-up's)
     decided = [x for x in lines if x["request_id"].startswith(mine) and x["decision"]]
     assert len(decided) == 2 * 4  # turns 2 and 3 of the 4 conversations
@@ -159,11 +135,7 @@ def test_policy_check_pipeline_measures_every_rule_and_answers_with_verdicts(tmp
     assert {"pull", "recompute_policy"} <= paths["policy"], paths
     # one band, threshold 128: the static rules are the same rule here, at every load
     assert paths["static_light"] == paths["static_heavy"]
-    lines = [
-        json.loads(line)
-        for log in run_dir.glob("logs/*/router_requests.jsonl")
-        for line in log.read_text().splitlines()
-    ]
+    lines = router_lines(run_dir)
     static = [x for x in lines if x["decision"].get("rule") in ("static_light", "static_heavy")]
     assert static and all(
         x["decision"]["pull"] == (x["decision"]["history_tokens"] >= 128) for x in static

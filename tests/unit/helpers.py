@@ -75,11 +75,10 @@ def one_pass(cfg: RunConfig) -> RunConfig:
     return cfg
 
 
-def planted_policy(cfg: RunConfig, path):
-    """A policy.json for ``cfg``'s deployment (a cost model whose crossover is 120 tokens at
-    every load), written to ``path``: what ``flow=policy`` presets need to validate."""
-    from pdbench.plan.deployments import policy_target
-    from pdbench.results import policy_file
+def planted_policy_for(target, t0_ms: float = 12.0):
+    """A policy for a deployment like ``target`` (``PolicyTarget``) with a planted cost model:
+    a pull costs P ``t0_ms``, recomputing 0.1 ms a history token (so the rule pulls histories
+    above ``10 * t0_ms`` tokens at every load); one band, threshold 128."""
     from pdbench.results.interval import Interval
     from pdbench.results.policy_file import (
         DeploymentPolicy,
@@ -89,11 +88,13 @@ def planted_policy(cfg: RunConfig, path):
         ThresholdBand,
     )
 
-    t = policy_target(cfg.model, cfg.topology, cfg.transport, cfg.server)
-    band = ThresholdBand(1, 1, None, 128, Interval(128), Interval(120), "crossing", "decided")
+    t = target
+    band = ThresholdBand(
+        1, 1, None, 128, Interval(128), Interval(10 * t0_ms), "crossing", "decided"
+    )
     entry = DeploymentPolicy(
         "planted",
-        "planted",
+        f"{t.model} (planted)",
         t.model,
         t.transport,
         t.tp_prefill,
@@ -101,8 +102,18 @@ def planted_policy(cfg: RunConfig, path):
         t.topology_class,
         "placement",
         t.block_size,
-        PullCost(Interval(12.0), Interval(0.0)),
+        PullCost(Interval(t0_ms), Interval(0.0)),
         [RecomputeRate(1, Interval(10_000.0))],
         [band],
     )
-    return policy_file.write(path, Policy(["planted"], [entry]))
+    return Policy(["planted"], [entry])
+
+
+def planted_policy(cfg: RunConfig, path):
+    """``planted_policy_for`` ``cfg``'s deployment, written to ``path``: what ``flow=policy``
+    presets need to validate."""
+    from pdbench.plan.deployments import policy_target
+    from pdbench.results import policy_file
+
+    target = policy_target(cfg.model, cfg.topology, cfg.transport, cfg.server)
+    return policy_file.write(path, planted_policy_for(target))
