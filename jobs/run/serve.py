@@ -21,6 +21,7 @@ from pathlib import Path
 
 from jobs.run.servers import say
 from jobs.run.state import TaskState
+from jobs.serving.router_metrics import metrics_urls
 from pdbench.plan.deployments import Deployment
 from pdbench.plan.points import Point
 from pdbench.results.store import PointResult, RunStore, write_json_atomic
@@ -77,6 +78,9 @@ class ServeUntilStopped:
             "host": socket.gethostname(),
             "job_id": self.task.job_id,
             "request_log": ran.router.config.get("request_log", ""),
+            # what a load generator needs beside the URL: where to scrape, the tokenizer
+            "metrics": metrics_urls(ran.router.url, ran.instances),
+            "tokenizer": ran.model_path,
             "started_at": time.time(),
             "stopped_at": None,
             "stopped_because": "",
@@ -99,6 +103,10 @@ class ServeUntilStopped:
             f"conversation); switch flows with POST {url}/pdbench/flow "
             f'{{"flow": "..."}} ({", ".join(record["flows"])} were warmed up); every request '
             f"is recorded in {record['request_log']}; Ctrl-C (or scancel) stops"
+        )
+        say(
+            f"  tokenizer (for a client's --tokenizer): {record['tokenizer']}; Prometheus "
+            f"metrics: {', '.join(record['metrics'])}"
         )
         why = "stopped"
         try:

@@ -3,7 +3,8 @@
 Runs as its own process (``python -m jobs.serving.router --config FILE``) so that its event loop
 does not share time with the load generator. It serves what clients use:
 ``/v1/chat/completions`` and ``/v1/completions`` (text or token ids, streamed or not),
-``/v1/models``, ``/tokenize``, ``/detokenize``, ``/health``; P and D always get token-id
+``/v1/models``, ``/tokenize``, ``/detokenize``, ``/health``, ``/metrics`` (Prometheus:
+``jobs.serving.router_metrics``); P and D always get token-id
 completions (``jobs.serving.openai_api``: why). A conversation is named by ``X-Session-ID``,
 ``X-Pdbench-Conversation`` or a ``conversation_id`` body field (``jobs.serving.sessions``);
 a request naming none stands alone. Per turn, by the flow set with ``POST /pdbench/flow``:
@@ -61,6 +62,7 @@ from jobs.serving.router_headers import (
     TURN_HEADER,
     format_spans,
 )
+from jobs.serving.router_metrics import RouterMetrics
 from jobs.serving.routing import (
     D_ALONE_PARAMS,
     PULL_FLOWS,
@@ -172,6 +174,7 @@ class TurnTiming:
     d_sent: float = 0.0  # the request to D (agg: to the serving instance) was sent
     d_first: float = 0.0  # D's first chunk arrived
     d_last: float = 0.0  # D's answer ended
+    chunks: int = 0  # streamed events of the answer that went to the client ([DONE] not)
 
     def spans_ms(self) -> dict[str, float]:
         """``route``: received -> first upstream send; ``p``: P's answer; ``gap``: P answered ->
@@ -239,6 +242,7 @@ class Router:
             self.loaded_policy.rules if self.loaded_policy else None,
         )
         self.in_flight: dict[str, int] = {}  # P url -> turns in flight of its conversations
+        self.metrics = RouterMetrics(self.in_flight, config.prefill_urls)
         self.tag = "x"
         self.session = None
         self.log = RequestLog(config.request_log)
@@ -271,6 +275,7 @@ class Router:
             self.stats.cancelled += 1
             log.status, log.error = 499, "client disconnected: the request was cancelled"
             self.log.write(log)
+            self.metrics.observe(log.path, 499, -1.0, 0, 0.0)
             raise
 
     async def _checked(self, request, api: str, log: TurnLog, timing: TurnTiming):
@@ -381,6 +386,10 @@ class Router:
             log.spans_ms = timing.spans_ms()
             log.spans_ms["last"] = ((timing.d_last or time.perf_counter()) - timing.d_sent) * 1e3
         self.log.write(log)
+        began = timing.d_first - timing.received if timing.d_first else -1.0
+        self.metrics.observe(
+            log.path, log.status, began, timing.chunks, timing.d_last - timing.d_first
+        )
         return response
 
     async def _tokenize(self, url: str, body: dict[str, Any]) -> list[int] | web.Response:
@@ -572,6 +581,7 @@ class Router:
                     payload = _dumps(openai_api.chat_response(_loads(payload), rid))
                 elif upstream.status == 200 and b"kv_transfer_params" in payload:
                     payload = _dumps(openai_api.without_internals(_loads(payload)))
+                timing.chunks = 1
                 return web.Response(
                     body=payload,
                     status=upstream.status,
@@ -592,6 +602,7 @@ class Router:
             tail = b""  # the last bytes the client got: has it the stream's end?
 
             async def send(out: bytes) -> None:
+                timing.chunks += out.count(b"data:") - out.count(b"data: [DONE]")
                 try:
                     await response.write(out)
                 except ConnectionError as exc:  # aiohttp's ClientConnectionResetError too
@@ -705,6 +716,10 @@ class Router:
             }
         )
 
+    async def handle_metrics(self, request):
+        body, content_type = self.metrics.exposition()
+        return web.Response(body=body, headers={"Content-Type": content_type})
+
     async def handle_health(self, request):
 
         return web.Response(text="ok")
@@ -732,6 +747,7 @@ class Router:
         app.router.add_post("/pdbench/flow", self.handle_flow)
         app.router.add_get("/pdbench/stats", self.handle_stats)
         app.router.add_get("/health", self.handle_health)
+        app.router.add_get("/metrics", self.handle_metrics)
         return app
 
 

@@ -256,3 +256,31 @@ def test_completion_stream_passes_events_untouched_unless_they_carry_params():
     assert stream.feed(b'data: {"choices": [], "kv_transfer_') == b""  # waits for the rest
     out = stream.feed(b'params": {"remote_port": 1}}\n\n' + DONE)
     assert b"kv_transfer_params" not in out and out.endswith(DONE)
+
+
+def test_metrics_are_prometheus_text_by_route_and_status(tmp_path):
+    from prometheus_client.parser import text_string_to_metric_families
+
+    async def exchange(client, url):
+        async with client.post(f"{url}/v1/completions", json={**BODY, "stream": True}) as r:
+            await r.read()
+        async with client.post(f"{url}/v1/completions", json={**BODY, "max_tokens": 0}) as r:
+            await r.read()
+        async with client.get(f"{url}/metrics") as r:
+            return r.headers["Content-Type"], await r.text()
+
+    _, (content_type, text) = run(tmp_path, Upstreams(), exchange)
+    assert content_type.startswith("text/plain")
+    families = {f.name: f for f in text_string_to_metric_families(text)}
+    requests = {
+        (s.labels["route"], s.labels["status"]): s.value
+        for s in families["pdbench_router_requests"].samples
+        if s.name.endswith("_total")
+    }
+    assert requests == {("recompute", "200"): 1.0, ("", "400"): 1.0}
+    ttft = [s for s in families["pdbench_router_ttft_seconds"].samples if s.name.endswith("_count")]
+    assert [(s.labels["route"], s.value) for s in ttft] == [("recompute", 1.0)]
+    chunk = families["pdbench_router_time_per_chunk_seconds"].samples
+    assert [s.value for s in chunk if s.name.endswith("_count")] == [1.0]  # 2 chunks streamed
+    (in_flight,) = families["pdbench_router_in_flight"].samples
+    assert in_flight.labels == {"prefill": "prefill0"} and in_flight.value == 0.0
