@@ -63,6 +63,7 @@ from jobs.serving.router_headers import (
     format_spans,
 )
 from jobs.serving.router_metrics import RouterMetrics
+from jobs.serving.router_policy import load_policy
 from jobs.serving.routing import (
     D_ALONE_PARAMS,
     PULL_FLOWS,
@@ -80,15 +81,6 @@ from jobs.serving.sessions import (
     session_of,
 )
 from pdbench.config.schema import Flow
-from pdbench.results import policy_file
-from pdbench.results.policy_file import PolicyTarget
-from pdbench.results.policy_rule import (
-    STATIC_HEAVY,
-    STATIC_LIGHT,
-    PullRule,
-    StaticRule,
-    rules_of,
-)
 
 FLOWS = tuple(f.value for f in Flow)
 IDLE_MARGIN_S = 60.0  # a conversation idle this long past D's TTL is forgotten
@@ -123,45 +115,6 @@ class RouterConfig:
     # what requests are checked against before P works on them (""/0: not checked)
     model: str = ""
     max_model_len: int = 0
-
-
-@dataclass
-class LoadedPolicy:
-    """The policy entry the router applies, as its stats report it."""
-
-    path: str
-    rules: dict[str, PullRule | StaticRule]  # by the flow that applies it (rules_of)
-    differs: list[str]  # what differs from this deployment ([]: measured on one like it)
-
-    def describe(self) -> dict[str, Any]:
-        entry = self.rules["policy"].entry
-        return {
-            "path": self.path,
-            "deployment_id": entry.deployment_id,
-            "label": entry.label,
-            "rule": self.rules["policy"].kind,
-            "static_light": self.rules[STATIC_LIGHT].threshold,
-            "static_heavy": self.rules[STATIC_HEAVY].threshold,
-            "forced": bool(self.differs),
-            "differs": self.differs,
-        }
-
-
-def load_policy(config: RouterConfig) -> LoadedPolicy | None:
-    """The entry of ``config.policy`` for this deployment, or None without a policy;
-    ValueError when it cannot run here (unreadable, another deployment unless forced, no
-    rule)."""
-    if not config.policy:
-        return None
-    policy = policy_file.read(config.policy)
-    target = PolicyTarget(**(config.policy_target or {}))
-    entry, differs = policy_file.entry_for(policy, target)
-    if entry is None or (differs and not config.policy_force):
-        raise ValueError(f"{config.policy}: no entry for {target.describe()}: {'; '.join(differs)}")
-    rules = rules_of(entry)
-    if rules["policy"].problem:
-        raise ValueError(f"{config.policy}: entry {entry.label}: {rules['policy'].problem}")
-    return LoadedPolicy(config.policy, rules, differs)
 
 
 @dataclass
@@ -234,7 +187,7 @@ class Router:
     def __init__(self, config: RouterConfig):
         self.config = config
         self.conversations = Conversations(config.decoder_kv_blocks_ttl_s + IDLE_MARGIN_S)
-        self.loaded_policy = load_policy(config)
+        self.loaded_policy = load_policy(config.policy, config.policy_target, config.policy_force)
         self.policy = RoutePolicy(
             config.cache_hit_threshold,
             config.decode_first_fallback,
