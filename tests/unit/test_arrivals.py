@@ -64,6 +64,9 @@ def test_a_point_kept_up_when_its_turns_went_out_at_their_slots():
     assert not late.kept_up
     assert late.late_share == pytest.approx(0.75)
     assert late.lateness_p90_ms == pytest.approx(1200.0)
+    # the client's own timer a few ms behind is no queue
+    jitter = offered_load(2.0, offered, [x + 0.004 for x in offered], [0.2, 0.7, 1.2, 1.7])
+    assert jitter.kept_up and jitter.late_share == 0.0 and jitter.lateness_p90_ms > 0
     assert late.record()["kept_up"] is False
 
 
