@@ -143,6 +143,12 @@ class PolicyCheckAnswer:
     def loads(self) -> list[int]:
         return sorted(float(x) for x in self.cells["load"].unique())
 
+    def where(self, load: float) -> str:
+        """``concurrency 4`` or ``4 turns/s offered``."""
+        if self.load_name == "concurrency":
+            return f"concurrency {load:g}"
+        return f"{load:g} turns/s offered"
+
     def summary(self, flow: str, load: float, column: str) -> Estimate:
         c = self.cells[(self.cells["flow"] == flow) & (self.cells["load"] == load)]
         return Estimate.of(c[column])
@@ -163,7 +169,7 @@ class PolicyCheckAnswer:
                 f"{f} {self.summary(f, load, 'pulled').value:.0%}" for f in self.flows()
             )
             out.append(
-                f"  at {self.load_name} {load:g}: {'; '.join(brief(c) for c in mine)}; "
+                f"  at {self.where(load)}: {'; '.join(brief(c) for c in mine)}; "
                 f"turns pulled: {pulled}"
             )
         slo = ", ".join(f"{k} {v:g}" for k, v in self.slo.items() if v) or "none set"
@@ -344,10 +350,10 @@ def answer(ctx: Context) -> list[PolicyCheckAnswer]:
         if "kept_up" in cells:
             behind = sorted({float(x) for x in cells[cells["kept_up"] == False]["load"]})  # noqa: E712
             if behind:
+                rates = ", ".join(f"{x:g}" for x in behind)
                 notes.append(
-                    f"at {load_name(dep_pts)} {', '.join(f'{x:g}' for x in behind)} the deployment "
-                    "did not keep up with the open loop (turns went out late): latencies there "
-                    "are a growing queue's"
+                    f"at {load_name(dep_pts)} {rates}: the deployment did not keep up with the "
+                    "open loop (turns went out late): latencies there are a growing queue's"
                 )
         reps = cells.groupby(["load", "flow"])["repetition"].nunique()
         if (reps < 3).any():
@@ -355,7 +361,8 @@ def answer(ctx: Context) -> list[PolicyCheckAnswer]:
                 "fewer than 3 repetitions somewhere: the static rule judged against is picked "
                 "on 1 repetition there (workload.repetitions=4 or more)"
             )
-        out.append(PolicyCheckAnswer(deployment_label(dep_id, pts), slo, cells, comparisons, notes))
+        label = deployment_label(dep_id, pts)
+        out.append(PolicyCheckAnswer(label, slo, cells, comparisons, notes, load_name(dep_pts)))
     return out
 
 

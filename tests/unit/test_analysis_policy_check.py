@@ -114,3 +114,12 @@ def test_cells_count_goodput_under_both_slos_and_failed_turns_against_it():
     assert row["load"] == 2
     unbounded = cells_of(req, pts, {"ttft_ms": 0.0, "tpot_ms": 0.0}).iloc[0]
     assert unbounded["goodput"] == pytest.approx(0.75)  # every ok turn; the failed one not
+
+
+def test_an_open_loop_compares_per_offered_rate():
+    from analysis.questions.policy_check import load_name, load_of
+
+    closed = pd.DataFrame({"arrival": ["waves"], "request_rate": [0.0], "concurrency": [4]})
+    opened = pd.DataFrame({"arrival": ["poisson"], "request_rate": [8.0], "concurrency": [4]})
+    assert (load_name(closed), load_of(closed.iloc[0])) == ("concurrency", 4.0)
+    assert (load_name(opened), load_of(opened.iloc[0])) == ("offered turns/s", 8.0)
