@@ -85,6 +85,27 @@ def _example(bounds: Bounds) -> str:
 ABSURD = 1000  # past this many times its bound (or 1000), a value is replaced for the rules
 
 
+def check_duplicates(cfg: RunConfig) -> list[ConfigProblem]:
+    """Axis lists name each value once: a value given twice doubled the plan (servers started
+    twice for ``flow.kv_recompute_thresholds=[0,0]``, Points measured twice)."""
+    out = Problems()
+    lists = [(n, v) for n, v, _ in numeric_fields(cfg) if isinstance(v, list)]
+    lists.append(("flow.flows", [f.value for f in cfg.flow.flows]))
+    for name, values in lists:
+        if name.startswith("bench.") and cfg.command is not Command.transfer_bench:
+            continue
+        twice = sorted({v for v in values if values.count(v) > 1}, key=str)
+        if twice:
+            unique = list(dict.fromkeys(values))
+            out.add(
+                name,
+                values,
+                f"names {', '.join(map(str, twice))} more than once",
+                f"{name}=[{','.join(map(str, unique))}]",
+            )
+    return out
+
+
 def _absurd(value: Any, bounds: Bounds) -> bool:
     """Non-finite, or orders of magnitude past its bound: nothing a rule should compute with
     (a share of 1.5 is not: its own rule says what a share is)."""

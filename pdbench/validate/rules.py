@@ -49,7 +49,7 @@ from pdbench.plan.lengths import history_cap, longest_conversation, max_length
 from pdbench.spec import server_flags
 from pdbench.validate import capacity
 from pdbench.validate.bench import check_transfer_bench
-from pdbench.validate.bounds import check_bounds, within_bounds
+from pdbench.validate.bounds import check_bounds, check_duplicates, within_bounds
 from pdbench.validate.gpu import GPU_RULES
 from pdbench.validate.model_source import is_local_path, weights_in
 from pdbench.validate.policy import check_policy, warn_policy_forced
@@ -832,6 +832,7 @@ RULES: tuple[Rule, ...] = (
     check_flows,
     check_policy,
     check_arrivals,
+    check_duplicates,
     check_kv_cache,
     check_workload_fits,
     check_ports,

@@ -84,3 +84,20 @@ def test_a_rule_of_its_own_keeps_its_message_and_bounds_add_no_second_one():
     cfg.search.target_relative_width = 2.0  # silently taken before
     (p,) = [p for p in validate(cfg) if p.field == "search.target_relative_width"]
     assert str(p).startswith("search.target_relative_width=2.0: ")
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "fix"),
+    [
+        ("workload.concurrencies", [1, 1], "workload.concurrencies=[1]"),
+        ("flow.kv_recompute_thresholds", [0, 64, 0], "flow.kv_recompute_thresholds=[0,64]"),
+        ("workload.history_tokens", [0, 128, 128], "workload.history_tokens=[0,128]"),
+    ],
+)
+def test_an_axis_value_given_twice_is_refused(field, value, fix):
+    """Given twice, a value doubled the plan (servers started twice, Points measured twice)."""
+    cfg = cpu_run()
+    section, name = field.split(".")
+    setattr(getattr(cfg, section), name, value)
+    (p,) = [p for p in validate(cfg) if p.field == field]
+    assert "more than once" in p.message and p.fix == fix
