@@ -27,8 +27,16 @@ from __future__ import annotations
 
 import math
 import os
+import re
 from pathlib import Path
 
+from connector.process_env import (
+    KV_PARAMS_ADDR_ENV,
+    ROLE_ENV,
+    RUN_DIR_ENV,
+    TIMING_DIR_ENV,
+    TRACE_DIR_ENV,
+)
 from pdbench.config.problems import ConfigError, ConfigProblem, Problems, Rule
 from pdbench.config.schema import (
     Arrival,
@@ -737,6 +745,52 @@ def _dir_problem(name: str, value: str) -> ConfigProblem | None:
     return None
 
 
+RUN_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
+# What pdbench sets in a server's environment for the plan to hold (ports, addresses, GPUs,
+# where the plugin writes and serves): an env override of one breaks the run silently.
+# (Tuning knobs it sets, PDBENCH_ENGINE_START, UCX_TLS, OMP_NUM_THREADS..., stay overridable.)
+RESERVED_ENV = frozenset(
+    {
+        "VLLM_PORT",
+        "VLLM_NIXL_SIDE_CHANNEL_HOST",
+        "VLLM_NIXL_SIDE_CHANNEL_PORT",
+        "CUDA_VISIBLE_DEVICES",
+        RUN_DIR_ENV,
+        KV_PARAMS_ADDR_ENV,
+        TRACE_DIR_ENV,
+        TIMING_DIR_ENV,
+        ROLE_ENV,
+    }
+)
+
+
+def check_names(cfg: RunConfig) -> list[ConfigProblem]:
+    """A run's name becomes a directory under results/; an env override may not take a
+    variable the plan needs."""
+    out = Problems()
+    if not RUN_NAME.fullmatch(cfg.name):
+        safe = re.sub(r"[^A-Za-z0-9._-]+", "-", cfg.name).strip(".-") or "run"
+        out.add(
+            "name",
+            cfg.name,
+            "names the run's directory (results/<name>-<time>): letters, digits, '.', '_' "
+            "and '-', not starting with '.' or '-'",
+            f"name={safe}",
+        )
+    for section in ("server", "transport"):
+        for key in getattr(cfg, section).env:
+            if key in RESERVED_ENV:
+                out.add(
+                    f"{section}.env.{key}",
+                    getattr(cfg, section).env[key],
+                    "is set by pdbench for each instance (ports, addresses, GPUs, where its "
+                    "plugin writes): overriding it breaks the plan",
+                    f"drop {section}.env.{key}; the plan's own setting (server.*_port, "
+                    "topology) changes it",
+                )
+    return out
+
+
 def check_dirs(cfg: RunConfig) -> list[ConfigProblem]:
     """``dir`` and ``cache_dir`` can be created and written (nothing is created to find out)."""
     found = [_dir_problem("dir", cfg.dir), _dir_problem("cache_dir", cfg.cache_dir)]
@@ -841,6 +895,7 @@ RULES: tuple[Rule, ...] = (
     check_cpu_memory,
     check_kv_blocks,
     check_dirs,
+    check_names,
     check_time_limit,
     check_figures,
     *GPU_RULES,

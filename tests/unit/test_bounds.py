@@ -101,3 +101,16 @@ def test_an_axis_value_given_twice_is_refused(field, value, fix):
     setattr(getattr(cfg, section), name, value)
     (p,) = [p for p in validate(cfg) if p.field == field]
     assert "more than once" in p.message and p.fix == fix
+
+
+def test_a_name_leaving_results_or_an_env_the_plan_sets_is_refused():
+    from pdbench.cli import compose_job
+
+    def problems(*overrides: str) -> list[str]:
+        return [str(p) for p in validate(compose_job(["+experiment=smoke", *overrides]))]
+
+    (line,) = problems("name=../../escape")
+    assert line.startswith("name=../../escape: names the run's directory") and "name=escape" in line
+    (line,) = problems("+server.env.VLLM_PORT=1")
+    assert line.startswith("server.env.VLLM_PORT=1: is set by pdbench for each instance")
+    assert problems("+server.env.PDBENCH_ENGINE_START=spawn", "name=my.run_2") == []
