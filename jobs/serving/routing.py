@@ -14,11 +14,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from jobs.serving.sessions import ConversationState, diverges_at
+from pdbench.plan.deployments import POLICY_FLOWS
 from pdbench.plan.kv_lease import pull_window_s
 from pdbench.results.policy_rule import PullDecision, PullRule, StaticRule
 
 # flows whose pull-or-recompute a rule of the policy file decides (pdbench.results.policy_rule)
-RULE_FLOWS = ("policy", "static_light", "static_heavy")
+RULE_FLOWS = tuple(f.value for f in POLICY_FLOWS)
 # flows that hand P D's params, so D's params of each turn are kept for the next
 PULL_FLOWS = ("pull", "decode_first", *RULE_FLOWS)
 

@@ -2,7 +2,7 @@
 run on this deployment (missing, unreadable, another schema, another deployment, no rule).
 
 The one file validation reads besides the model: ``flow.policy``. What it checks is what the
-router relies on when it loads the same file (``jobs.serving.router``), so that a launch
+router relies on when it loads the same file (``jobs.serving.router_policy``), so that a launch
 that passes here does not fail there.
 """
 
