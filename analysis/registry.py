@@ -14,6 +14,7 @@ from analysis.questions import (
     flows,
     placement,
     policy_check,
+    replay,
     threshold,
     tp_pairing,
     transfer,
@@ -23,6 +24,7 @@ from analysis.questions import (
 QUESTIONS: tuple[Question, ...] = (
     flagged.QUESTION,
     policy_check.QUESTION,
+    replay.QUESTION,
     threshold.QUESTION,
     flows.QUESTION,
     placement.QUESTION,
@@ -54,8 +56,15 @@ PRESET_QUESTION = {
 
 def preset_questions(ctx: Context) -> list[str]:
     """The questions the run dirs' presets ask, in the order of their dirs."""
-    names = [m.get("config", {}).get("name", "") for m in ctx.data.manifests.values()]
-    return list(dict.fromkeys(PRESET_QUESTION[n] for n in names if n in PRESET_QUESTION))
+    out = []
+    for manifest in ctx.data.manifests.values():
+        config = manifest.get("config", {})
+        name = config.get("name", "")
+        if (config.get("workload") or {}).get("kind") == "trace":
+            out.append("replay")  # whatever the preset, a replay's first answer is its own
+        if name in PRESET_QUESTION:
+            out.append(PRESET_QUESTION[name])
+    return list(dict.fromkeys(out))
 
 
 def ordered(first: list[str]) -> tuple[Question, ...]:

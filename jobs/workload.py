@@ -26,7 +26,7 @@ from typing import TypeVar
 from jobs.history import ASSISTANT, SYSTEM, USER, Message, apply_edit, edit_for, prompt_ids
 from jobs.request_stream import RequestOptions, stream_one
 from pdbench.config.schema import WorkloadConfig, WorkloadKind
-from pdbench.plan.arrivals import OPEN, schedule
+from pdbench.plan.arrivals import OPEN, Slot, schedule
 from pdbench.plan.lengths import draw_history, draw_length
 from pdbench.results.store import RequestRecord
 
@@ -46,6 +46,9 @@ class ConversationSpec:
     # chat: the text of the prefix and of each user message (``LoadGenerator.prepare``)
     prefix_text: str | None = None
     user_texts: list[str] | None = None
+    # a replayed trace's times: when each turn is offered (s from the Point's start; None:
+    # the workload's arrivals decide)
+    offered_s: list[float] | None = None
 
 
 def build_conversations(
@@ -193,7 +196,7 @@ class LoadGenerator:
         t0 = time.perf_counter()
         turns = max(len(s.user_turns) for s in specs)
         async with aiohttp.ClientSession(timeout=timeout, connector=connector) as session:
-            if self.arrival in OPEN:
+            if self.arrival in OPEN or all(s.offered_s is not None for s in specs):
                 records = await self._run_open(session, specs, histories, t0, progress)
                 if on_wave_done:
                     await on_wave_done(0, records)
@@ -224,18 +227,24 @@ class LoadGenerator:
         return records
 
     async def _run_open(self, session, specs, histories, t0: float, progress) -> list:
-        """Open loop: every turn at its offered time (``schedule``), a conversation's turns
-        in order (a turn whose previous one is still unanswered goes out when it is)."""
-        slots = schedule(
-            [len(s.user_turns) for s in specs],
-            self.request_rate,
-            self.arrival,
-            self.burstiness,
-            self.seed,
-        )
+        """Open loop: every turn at its offered time (a trace's, else ``schedule``'s), a
+        conversation's turns in order (a turn whose previous one is still unanswered goes
+        out when it is)."""
         mine: dict[int, list] = {}
-        for slot in slots:
-            mine.setdefault(slot.conversation, []).append(slot)
+        if all(s.offered_s is not None for s in specs):
+            for index, spec in enumerate(specs):
+                times = spec.offered_s or []
+                mine[index] = [Slot(t, index, turn) for turn, t in enumerate(times, start=1)]
+        else:
+            slots = schedule(
+                [len(s.user_turns) for s in specs],
+                self.request_rate,
+                self.arrival,
+                self.burstiness,
+                self.seed,
+            )
+            for slot in slots:
+                mine.setdefault(slot.conversation, []).append(slot)
         records: list[RequestRecord] = []
 
         async def conversation(index: int, spec: ConversationSpec) -> None:

@@ -13,6 +13,7 @@ shell completion) go to Hydra as they are.
 from __future__ import annotations
 
 import difflib
+import hashlib
 import os
 import re
 import sys
@@ -402,6 +403,14 @@ def _hydra_prints(argv: list[str], debug: bool) -> None:
     entry()
 
 
+def file_sha256(path: str) -> str:
+    """The file's sha256 ("" when it cannot be read: validation says why)."""
+    try:
+        return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+    except OSError:
+        return ""
+
+
 def run_jobs(jobs: Jobs, origin: LaunchOrigin, multirun: bool, debug: bool) -> None:
     """Run every job, in order; a sweep's SLURM runs are submitted as they come and
     followed together at its end."""
@@ -409,6 +418,10 @@ def run_jobs(jobs: Jobs, origin: LaunchOrigin, multirun: bool, debug: bool) -> N
     sweep: list[Launched] | None = [] if multirun else None
     for job in jobs:  # once, here: jobs may start elsewhere; sweep jobs' dirs are compared
         job.cfg.dir = str(Path(job.cfg.dir).expanduser().resolve())
+        trace = job.cfg.workload.trace
+        if trace.path:  # the jobs read it wherever they run; its content is its identity
+            trace.path = str(Path(trace.path).expanduser().resolve())
+            trace.sha256 = file_sha256(trace.path)
     later = later_jobs([job.cfg for job in jobs]) if multirun else [[] for _ in jobs]
     try:
         for index, (job, shared) in enumerate(zip(jobs, later, strict=True)):

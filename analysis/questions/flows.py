@@ -185,6 +185,8 @@ def answer(ctx: Context) -> list[FlowsAnswer]:
         if not asked(pts):
             continue
         for kind in sorted(pts["kind"].fillna("").unique()):
+            if str(kind).startswith("trace"):
+                continue  # a replayed trace: analysis/questions/replay.py answers for it
             mine = pts[pts["kind"].fillna("") == kind]
             rows = later[(later["deployment_id"] == dep_id) & (later["kind"] == kind)]
             if mine["flow"].nunique() < 2 or not len(rows):

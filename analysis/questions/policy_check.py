@@ -246,12 +246,15 @@ def load_name(points: pd.DataFrame) -> str:
     return "offered turns/s" if open_loop else "concurrency"
 
 
-def cells_of(requests: pd.DataFrame, points: pd.DataFrame, slo: dict[str, float]) -> pd.DataFrame:
-    """One row per (load, flow, repetition): the figures of that Point's turns >= 2."""
+def cells_of(
+    requests: pd.DataFrame, points: pd.DataFrame, slo: dict[str, float], first_turn: int = 2
+) -> pd.DataFrame:
+    """One row per (load, flow, repetition): the figures of that Point's turns from
+    ``first_turn`` on (2: where flows differ; 1: every turn a replayed trace sent)."""
     meta = points.set_index("point_id")[["concurrency", "started_at", "finished_at"]].copy()
     meta["load"] = [load_of(r) for _, r in points.iterrows()]
     meta["kept_up"] = points["kept_up"].to_numpy() if "kept_up" in points else None
-    req = requests[requests["turn"] >= 2].join(meta, on="point_id", how="inner")
+    req = requests[requests["turn"] >= first_turn].join(meta, on="point_id", how="inner")
     rows = []
     for (load, flow, rep, pid), g in req.groupby(
         ["load", "flow", "repetition", "point_id"], sort=True
@@ -274,11 +277,14 @@ def cells_of(requests: pd.DataFrame, points: pd.DataFrame, slo: dict[str, float]
                 "repetition": int(rep),
                 "point_id": pid,
                 "turns": len(g),
+                "ttft_p50": float(np.percentile(ttft, 50)) if len(ttft) else math.nan,
                 "ttft_p90": float(np.percentile(ttft, 90)) if len(ttft) else math.nan,
                 "tpot_p90": float(np.percentile(tpot[tpot > 0], 90)) if (tpot > 0).any() else 0.0,
                 "goodput": float(met.sum()) / len(g),
                 "goodput_rps": float(met.sum()) / wall if wall > 0 else math.nan,
                 "pulled": float((paths == "pull").mean()),
+                "expired": float((paths == "recompute_expired").mean()),
+                "diverged": float(paths.str.startswith("recompute_diverged").mean()),
             }
         )
     return pd.DataFrame(rows)

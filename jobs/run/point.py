@@ -16,8 +16,9 @@ from jobs.run import flags
 from jobs.run.state import TaskState
 from jobs.serving.server import log_tail
 from jobs.serving.server_log import LogWindow
+from jobs.trace_replay import replay_for, trace_conversations
 from jobs.workload import LoadGenerator, RequestOptions, build_conversations, run_client
-from pdbench.config.schema import Flow
+from pdbench.config.schema import Flow, WorkloadKind
 from pdbench.plan import arrivals
 from pdbench.plan.deployments import Deployment
 from pdbench.plan.points import Point
@@ -123,10 +124,15 @@ def measure_point(
 def offered(point: Point, records: list[RequestRecord]) -> dict:
     """Open loop: what the schedule offered and what the deployment took ({} for waves)."""
     wl = point.workload
-    if wl.arrival.value not in arrivals.OPEN:
-        return {}
+    offered_s = [r.offered_s for r in records if r.offered_s >= 0]
+    if not offered_s or len(offered_s) < len(records):
+        return {}  # waves: nothing was offered at a time
+    rate = wl.request_rate
+    if wl.kind is WorkloadKind.trace:  # what the replay offered, over its span
+        span = max(offered_s) - min(offered_s)
+        rate = len(offered_s) / span if span > 0 else 0.0
     load = arrivals.offered_load(
-        wl.request_rate,
+        rate,
         [r.offered_s for r in records],
         [r.start_s for r in records],
         [r.start_s + r.e2e_ms / 1e3 for r in records if r.status == "ok"],
@@ -175,7 +181,12 @@ async def drive(serving: Serving, point: Point, label: str):
         Flow.static_heavy: prefill_names,
         Flow.decode_first: prefill_names + [i.name for i in dep.by_role("decode")],
     }[point.flow]
-    specs = build_conversations(wl, point.history_tokens, dep.model.vocab_size)
+    if wl.kind is WorkloadKind.trace:
+        model_path = serving.ran.model_path
+        replay = replay_for(wl, model_path, dep.model.generate)
+        specs = trace_conversations(wl, replay, dep.model.vocab_size, model_path)
+    else:
+        specs = build_conversations(wl, point.history_tokens, dep.model.vocab_size)
     opts = RequestOptions(
         url=router_url,
         model=served_model_name(dep),

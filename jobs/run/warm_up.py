@@ -16,6 +16,7 @@ from pdbench.plan.deployments import Deployment
 from pdbench.plan.points import Point
 from pdbench.results.store import RequestRecord, RunStore, write_lines_atomic
 from pdbench.spec.serve_command import served_model_name
+from pdbench.traffic.recorded import WARMUP_TAG
 
 
 def warm_up(dep: Deployment, points: list[Point], router_url: str, store: RunStore) -> None:
@@ -30,7 +31,7 @@ def warm_up(dep: Deployment, points: list[Point], router_url: str, store: RunSto
         records: list[RequestRecord] = []
         async with aiohttp.ClientSession() as session:
             for flow, history in cases:
-                tag = f"warmup-{flow.value}-h{history}-{time.time()}"
+                tag = f"{WARMUP_TAG}{flow.value}-h{history}-{time.time()}"
                 body = {"flow": flow.value, "tag": tag}
                 async with session.post(f"{router_url}/pdbench/flow", json=body) as r:
                     r.raise_for_status()

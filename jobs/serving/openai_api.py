@@ -16,6 +16,7 @@ Not translated (answered 400 with the reason): tools (tool-call parsing), chat l
 
 from __future__ import annotations
 
+import json
 import time
 from typing import Any
 
@@ -184,6 +185,18 @@ def chat_choice(choice: dict[str, Any], first: bool) -> dict[str, Any]:
     return out
 
 
+def completion_tokens(payload: bytes) -> int:
+    """``usage.completion_tokens`` of an answer or a streamed event's JSON (-1: none)."""
+    if b'"completion_tokens"' not in payload:
+        return -1
+    try:
+        usage = (json.loads(payload) or {}).get("usage") or {}
+    except (ValueError, AttributeError):
+        return -1
+    value = usage.get("completion_tokens")
+    return value if isinstance(value, int) else -1
+
+
 class ChatStream:
     """D's completion stream (SSE bytes as they arrive) as a chat stream. Events are
     translated whole; a partial event waits for the rest of it. The role goes with the first
@@ -195,6 +208,7 @@ class ChatStream:
         self.loads, self.dumps = loads, dumps
         self.buffer = b""
         self.first = True
+        self.completion_tokens = -1  # from the usage event, when the client asked for one
 
     def feed(self, data: bytes) -> bytes:
         """The chat events for what ``data`` completes (b"" when it completes none)."""
@@ -223,6 +237,9 @@ class ChatStream:
             self.first = False
         if "usage" in data:
             chunk["usage"] = data["usage"]
+            tokens = (data["usage"] or {}).get("completion_tokens")
+            if isinstance(tokens, int):
+                self.completion_tokens = tokens
         return b"data: " + self.dumps(chunk) + b"\n\n"
 
 
@@ -235,6 +252,7 @@ class CompletionStream:
     def __init__(self, loads, dumps):
         self.loads, self.dumps = loads, dumps
         self.buffer = b""
+        self.completion_tokens = -1  # from the usage event, when the client asked for one
 
     def feed(self, data: bytes) -> bytes:
         self.buffer += data
@@ -242,6 +260,10 @@ class CompletionStream:
         return b"".join(self._event(e) + b"\n\n" for e in events)
 
     def _event(self, event: bytes) -> bytes:
+        if b'"completion_tokens"' in event:
+            tokens = completion_tokens(event.partition(b"data:")[2].strip())
+            if tokens >= 0:
+                self.completion_tokens = tokens
         if not any(k.encode() in event for k in INTERNAL_KEYS):
             return event
         head, _, payload = event.partition(b"data:")

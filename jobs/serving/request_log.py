@@ -1,7 +1,9 @@
 """The router's own record of every request it served, one JSON line each.
 
 So that a run driven by any client (``python -m pdbench serve`` and an external load
-generator) can still be attributed: per request, the route taken, the prompt's tokens and
+generator) can still be attributed, and replayed (``workload=trace`` with
+``workload.trace.format=pdbench``: ``pdbench.traffic.recorded``): per request, the
+conversation, when it arrived, the route taken, the prompt's and the answer's tokens and
 how many of them D held and P was offered, how many P did not compute (its own prefix
 cache plus what it pulled, from P's usage), where a prompt parted from D's tokens, and the
 router's spans (route, P, gap, D to its first chunk, to its last).
@@ -27,6 +29,8 @@ class TurnLog:
     path: str = ""  # the route taken (pull, recompute, recompute_diverged, agg, ...)
     turn: int = 0  # the conversation's turn as the router counted it (1-based; 0: alone)
     prompt_tokens: int = 0
+    # tokens of the answer (its usage, else its streamed chunks); 0 unless answered 200
+    output_tokens: int = 0
     held_tokens: int = 0  # tokens of the prompt D held the KV of (0: none, or diverged)
     offered_tokens: int = 0  # of those, handed to P to pull (or served by D alone)
     diverged_at: int = -1  # where the prompt parted from D's tokens (-1: it did not)

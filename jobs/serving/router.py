@@ -128,6 +128,7 @@ class TurnTiming:
     d_first: float = 0.0  # D's first chunk arrived
     d_last: float = 0.0  # D's answer ended
     chunks: int = 0  # streamed events of the answer that went to the client ([DONE] not)
+    output_tokens: int = -1  # the answer's usage.completion_tokens (-1: it had none)
 
     def spans_ms(self) -> dict[str, float]:
         """``route``: received -> first upstream send; ``p``: P's answer; ``gap``: P answered ->
@@ -335,6 +336,8 @@ class Router:
             log.status = 499
         if log.client_request_id and not response.prepared:
             response.headers[CLIENT_REQUEST_ID_HEADER] = log.client_request_id
+        if log.status == 200:  # what a replay of this session sends back (recorded.py)
+            log.output_tokens = timing.output_tokens if timing.output_tokens >= 0 else timing.chunks
         if timing.d_sent:
             log.spans_ms = timing.spans_ms()
             log.spans_ms["last"] = ((timing.d_last or time.perf_counter()) - timing.d_sent) * 1e3
@@ -530,6 +533,8 @@ class Router:
                 payload = await upstream.read()
                 timing.d_first = timing.d_last = time.perf_counter()
                 headers[ROUTER_SPANS_HEADER] = format_spans(timing.spans_ms())
+                if upstream.status == 200:
+                    timing.output_tokens = openai_api.completion_tokens(payload)
                 if api == CHAT and upstream.status == 200:
                     payload = _dumps(openai_api.chat_response(_loads(payload), rid))
                 elif upstream.status == 200 and b"kv_transfer_params" in payload:
@@ -581,6 +586,7 @@ class Router:
                 # else: the client had the whole answer and closed first (the OpenAI SDK
                 # does once it reads [DONE]): a turn served, not a cut
             timing.d_last = time.perf_counter()
+            timing.output_tokens = stream.completion_tokens
             with contextlib.suppress(ConnectionError):
                 await response.write_eof()
             return response

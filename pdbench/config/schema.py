@@ -16,6 +16,7 @@ from omegaconf import MISSING, OmegaConf
 from connector.bench_config import TransferBenchConfig
 from connector.layout import llama_parameter_count
 from pdbench.config.bounds import MANY, PORT, SEED, TOKENS, WEEK_S, bounded
+from pdbench.traffic.trace import TraceFormat
 
 
 class ExecutorKind(Enum):
@@ -54,6 +55,7 @@ class WorkloadKind(Enum):
     multi_turn = "multi_turn"  # independent conversations, each with its own history
     long_doc = "long_doc"  # every conversation asks about one shared long document prefix
     agentic = "agentic"  # tool-call loops: many turns, short outputs, a growing prefix
+    trace = "trace"  # a user's traffic replayed: workload.trace (pdbench/traffic/)
 
 
 class ClientApi(Enum):
@@ -322,6 +324,37 @@ class FlowConfig:
     serve: Optional[Flow] = None  # noqa: UP045 - OmegaConf 2.3 reads Optional, not "X | None"
 
 
+class TraceTiming(StrEnum):
+    """When a replayed trace's turns go out."""
+
+    auto = "auto"  # recorded when the trace has times, else the workload's arrival settings
+    recorded = "recorded"  # open loop at the trace's times / speedup (a turn also waits for
+    # its conversation's previous one to be answered)
+    arrival = "arrival"  # the workload's own: waves at a concurrency, or poisson/gamma
+
+
+@dataclass
+class TraceConfig:
+    """A trace to replay (workload=trace; README, "Bring your own traffic"): read, cut to a
+    window, scaled to the machine, offered as recorded or by the workload's arrivals."""
+
+    path: str = ""  # the trace file (relative paths: from where pdbench is started)
+    format: TraceFormat = TraceFormat.auto  # mooncake | openai | pdbench; auto: detected
+    block_tokens: int = bounded(512, low=1, high=TOKENS)  # mooncake: tokens a hash id stands for
+    # every length times this (at least 1 token): 1/64 turns a 6,758-token prompt into 106
+    length_scale: float = bounded(1.0, low=0, high=1, above=True)
+    speedup: float = bounded(1.0, low=0, high=MANY, above=True)  # recorded times / this
+    timing: TraceTiming = TraceTiming.auto
+    start_s: float = bounded(0.0, low=0, high=100 * WEEK_S)  # the window, on the trace's clock
+    end_s: float = bounded(0.0, low=0, high=100 * WEEK_S)  # 0: to the end
+    max_requests: int = bounded(0, low=0, high=1000 * MANY)  # 0: all; else the first N
+    min_turns: int = bounded(1, low=1, high=10_000)  # conversations with fewer are left out
+    max_conversations: int = bounded(0, low=0, high=1000 * MANY)  # 0: all; else the first N
+    # set at launch to the file's sha256 (pdbench/cli.py): Points of an edited trace are new
+    # Points, never the old file's resumed
+    sha256: str = ""
+
+
 @dataclass
 class WorkloadConfig:
     """Multi-turn conversations: N conversations x T turns of U user and O output tokens."""
@@ -380,6 +413,7 @@ class WorkloadConfig:
     # Seed of each Deployment's run order: randomized complete blocks, one block per (history
     # length, repetition) holding every flow in a shuffled order (pdbench/plan/points.py).
     order_seed: int = bounded(0, low=0, high=SEED)
+    trace: TraceConfig = field(default_factory=TraceConfig)  # kind=trace: what to replay
 
 
 @dataclass

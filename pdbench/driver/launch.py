@@ -15,7 +15,7 @@ from enum import Enum
 from pathlib import Path
 
 from jobs.entry.deployment import DeploymentJob
-from pdbench.config.schema import ExecutorKind, RunConfig
+from pdbench.config.schema import ExecutorKind, RunConfig, WorkloadKind
 from pdbench.driver.progress import JobOutcome
 from pdbench.driver.report_table import print_run_table
 from pdbench.driver.run_dir import RunDir
@@ -29,6 +29,7 @@ from pdbench.results.store import PointStatus, RunStore
 from pdbench.spec.launch import LaunchSpec, build_launch, describe
 from pdbench.spec.vllm_install import cluster_servers_vllm
 from pdbench.validate.environment import dry_run_note
+from pdbench.validate.trace import replay_of
 
 
 class Ended(Enum):
@@ -71,6 +72,10 @@ def launch(
     run_dir = RunDir.open(cfg, plan, origin, claim=not cfg.launch.dry_run)
     model_path = model_path_for(cfg, create=not cfg.launch.dry_run)
     spec = build_launch(cfg, plan, model_path, run_dir.pending, cluster_servers_vllm(cfg.cluster))
+    replay = replay_of(cfg) if cfg.workload.kind is WorkloadKind.trace else None
+    if replay is not None:  # what the trace is, as recorded and as it will be replayed
+        prefix = "" if cfg.launch.dry_run else "[pdbench] "
+        print("\n".join(prefix + line for line in replay.describe()) + "\n", flush=True)
     if cfg.launch.dry_run:
         held = run_dir.resume_lines(verbose=True)
         if held:  # what the dir holds first: the plan below can run to hundreds of lines
@@ -87,7 +92,7 @@ def launch(
         if note:
             print(note)
         return Launched(Ended.dry_run, run_dir)
-    run_dir.begin(model_path, origin)
+    run_dir.begin(model_path, origin, replay.record() if replay is not None else None)
     if not spec.submissions:
         print(f"[pdbench] every point is already recorded ok in {run_dir.store.root}")
         return Launched(Ended.nothing_pending, run_dir)

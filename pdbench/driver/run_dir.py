@@ -116,10 +116,12 @@ def write_manifest(
     store: RunStore,
     model_path: str,
     origin: LaunchOrigin | None = None,
+    traffic: dict[str, Any] | None = None,
 ) -> None:
     """Append this launch of ``config`` (the composed config as JSON) to the dir's manifest
     (its history) and merge its Deployments, under the manifest's lock (jobs add their
-    nodes' preflight findings to it)."""
+    nodes' preflight findings to it). ``traffic``: a replayed trace's account (file
+    digest, shape as recorded and as replayed: ``pdbench.traffic.replay.Replay.record``)."""
     driver = provenance.collect()
 
     def update(previous: dict[str, Any]) -> None:
@@ -136,6 +138,8 @@ def write_manifest(
         nodes = previous.get("provenance", {}).get("nodes", {})
         manifest["provenance"] = {**manifest["provenance"], "nodes": nodes}
         manifest["deployments"] = deployments
+        if traffic is not None:
+            manifest["traffic"] = traffic
         previous.clear()
         previous.update(manifest)
 
@@ -212,9 +216,11 @@ class RunDir:
     def resume_lines(self, verbose: bool) -> list[str]:
         return resume_lines(self.plan, self.store, verbose, self.states)
 
-    def begin(self, model_path: str, origin: LaunchOrigin) -> None:
+    def begin(
+        self, model_path: str, origin: LaunchOrigin, traffic: dict[str, Any] | None = None
+    ) -> None:
         """A real launch: append it to the manifest, say what it skips."""
-        write_manifest(self.config, self.plan, self.store, model_path, origin)
+        write_manifest(self.config, self.plan, self.store, model_path, origin, traffic)
         for line in self.resume_lines(verbose=False):
             print(f"[pdbench] {line.strip()}", flush=True)
 

@@ -21,12 +21,12 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import random
 import shutil
 import tempfile
 from pathlib import Path
 
 from pdbench.config.schema import ModelConfig, RunConfig
+from pdbench.traffic.words import made_up_words
 
 BUILD_VERSION = 2  # bump when the build changes: old directories are then ignored
 INITIALIZER_RANGE = 0.5
@@ -125,25 +125,6 @@ def model_path_for(cfg: RunConfig, create: bool) -> str:
     if create or not cfg.model.generate:
         return resolve_model_path(cfg.model, cfg.cache_dir)
     return str(tiny_model_dir(cfg.model, cfg.cache_dir))
-
-
-def made_up_words(count: int, seed: int) -> list[str]:
-    """``count`` distinct pronounceable words, deterministic in ``seed``."""
-    rng = random.Random(seed)
-    consonants, vowels = "bcdfghjklmnprstvwz", "aeiou"
-    words: list[str] = []
-    seen: set[str] = set()
-    syllables = 1
-    while len(words) < count:
-        for _ in range(4 * count):
-            word = "".join(rng.choice(consonants) + rng.choice(vowels) for _ in range(syllables))
-            if word not in seen:
-                seen.add(word)
-                words.append(word)
-                if len(words) == count:
-                    break
-        syllables += 1
-    return words
 
 
 def build_tokenizer(model: ModelConfig, out_dir: Path) -> None:

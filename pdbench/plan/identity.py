@@ -95,7 +95,24 @@ SWEEP_AXES = frozenset(
 # left out of ids and of the manifest's comparison while they hold it, so that a dir
 # recorded before resumes (its Points keep their ids); any other value is measured.
 ADDED_LATER: dict[str, dict[str, Any]] = {
-    "workload": {"arrival": "waves", "burstiness": 1.0},
+    "workload": {
+        "arrival": "waves",
+        "burstiness": 1.0,
+        "trace": {
+            "path": "",
+            "format": "auto",
+            "block_tokens": 512,
+            "length_scale": 1.0,
+            "speedup": 1.0,
+            "timing": "auto",
+            "start_s": 0.0,
+            "end_s": 0.0,
+            "max_requests": 0,
+            "min_turns": 1,
+            "max_conversations": 0,
+            "sha256": "",
+        },
+    },
     "flow": {"policy": "", "policy_force": False},
 }
 

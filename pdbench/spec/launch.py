@@ -30,7 +30,14 @@ from pathlib import Path
 from typing import Any
 
 from connector.process_env import RUN_DIR_ENV, TIMING_DIR_ENV
-from pdbench.config.schema import ExecutorKind, FlowConfig, RunConfig
+from pdbench.config.schema import (
+    ExecutorKind,
+    FlowConfig,
+    RunConfig,
+    TraceTiming,
+    WorkloadConfig,
+    WorkloadKind,
+)
 from pdbench.plan.arrivals import GAMMA, OPEN
 from pdbench.plan.deployments import (
     SIDE_CHANNEL_STRIDE,
@@ -474,14 +481,10 @@ def describe(spec: LaunchSpec, plan: Plan) -> str:
         for index, point_id in enumerate(dep.run_order):
             point = points[point_id]
             wl = point.workload
-            load = f"concurrency={wl.concurrency}"
-            if wl.arrival.value in OPEN:  # an open loop: the rate offered, not a concurrency
-                burst = f" burstiness={wl.burstiness:g}" if wl.arrival.value == GAMMA else ""
-                load = f"arrival={wl.arrival.value} request_rate={wl.request_rate:g}/s{burst}"
             lines.append(
                 f"  {index:>3} point {point_id}: flow={point.flow.value} "
                 f"history={point.history_tokens} repetition={point.repetition} "
-                f"conversations={wl.conversations} {load}"
+                f"{_offered(wl)}"
             )
         search = plan.searches.get(dep.deployment_id)
         if search is not None:
@@ -508,6 +511,22 @@ def describe(spec: LaunchSpec, plan: Plan) -> str:
             lines.append("  setup (each task's shell runs it before the job):")
             lines += ["    " + line for line in sub.setup]
     return "\n".join(lines) + "\n"
+
+
+def _offered(wl: WorkloadConfig) -> str:
+    """A Point's traffic and how it is offered, as the dry run says it."""
+    load = f"concurrency={wl.concurrency}"
+    if wl.arrival.value in OPEN:  # an open loop: the rate offered, not a concurrency
+        burst = f" burstiness={wl.burstiness:g}" if wl.arrival.value == GAMMA else ""
+        load = f"arrival={wl.arrival.value} request_rate={wl.request_rate:g}/s{burst}"
+    if wl.kind is WorkloadKind.trace:
+        timing, times = wl.trace.timing, f"at its times / {wl.trace.speedup:g}"
+        if timing is TraceTiming.recorded:
+            load = times
+        elif timing is TraceTiming.auto:
+            load = f"{times} (untimed: {load})"
+        return f"trace={Path(wl.trace.path).name} {load}"
+    return f"conversations={wl.conversations} {load}"
 
 
 def describe_deployment(dep: DeploymentSpec) -> list[str]:

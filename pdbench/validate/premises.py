@@ -30,7 +30,7 @@ from __future__ import annotations
 import math
 
 from pdbench.config.problems import ConfigProblem, Problems, Rule
-from pdbench.config.schema import Command, Flow, FlowConfig, RunConfig
+from pdbench.config.schema import Command, Flow, FlowConfig, RunConfig, WorkloadKind
 from pdbench.plan.kv_lease import VLLM_DECLINE_MARGIN_S, pull_window_s, shortest_pulling_ttl_s
 from pdbench.plan.lengths import longest_history
 from pdbench.plan.prefill_wave import prefill_wave
@@ -197,8 +197,8 @@ def check_concurrency(cfg: RunConfig) -> list[ConfigProblem]:
     w = cfg.workload
     field = "workload.concurrencies" if w.concurrencies else "workload.concurrency"
     most = max(w.conversation_counts or [w.conversations])
-    if most < 1 or not _measures_points(cfg):
-        return []
+    if most < 1 or not _measures_points(cfg) or w.kind is WorkloadKind.trace:
+        return []  # a replay's conversations are the trace's
     where = (
         f"the largest of workload.conversation_counts ({most})"
         if w.conversation_counts

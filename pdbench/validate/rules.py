@@ -46,6 +46,8 @@ from pdbench.config.schema import (
     KvBufferDevice,
     Placement,
     RunConfig,
+    TraceTiming,
+    WorkloadKind,
 )
 from pdbench.plan.deployments import (
     PD_FLOWS,
@@ -62,6 +64,7 @@ from pdbench.validate.gpu import GPU_RULES
 from pdbench.validate.model_source import is_local_path, weights_in
 from pdbench.validate.policy import check_policy, warn_policy_forced
 from pdbench.validate.premises import PREMISE_RULES, PREMISE_WARNINGS
+from pdbench.validate.trace import check_trace, warn_pauses_outlast_lease
 from pdbench.validate.unchecked import warn_model_path_checked_on_the_nodes
 
 CPU_ATTENTION_HEAD_SIZES = (32, 64, 80, 96, 112, 128, 160, 192, 224, 256, 512)
@@ -496,8 +499,8 @@ def check_kv_cache(cfg: RunConfig) -> list[ConfigProblem]:
 def check_workload_fits(cfg: RunConfig) -> list[ConfigProblem]:
     """The longest conversation (largest prefix, longest user messages) fits the context."""
     w, m = cfg.workload, cfg.model
-    if not w.history_tokens or w.turns < 1:
-        return []
+    if not w.history_tokens or w.turns < 1 or w.kind is WorkloadKind.trace:
+        return []  # a replay's lengths: check_trace
     dist = w.length_distribution
     user_max = max_length(w.user_tokens, max(0.0, w.user_tokens_jitter), dist)
     output_max = max_length(w.output_tokens, max(0.0, w.output_tokens_jitter), dist)
@@ -831,6 +834,8 @@ def check_arrivals(cfg: RunConfig) -> list[ConfigProblem]:
         out.add("workload.burstiness", w.burstiness, "is a CV of the gaps", "1 (Poisson) to 10")
     if w.arrival is Arrival.waves:
         return out
+    if w.kind is WorkloadKind.trace and w.trace.timing is TraceTiming.recorded:
+        return out  # the trace's own times (check_trace)
     if not (math.isfinite(w.request_rate) and w.request_rate > 0):
         out.add(
             "workload.request_rate",
@@ -839,6 +844,8 @@ def check_arrivals(cfg: RunConfig) -> list[ConfigProblem]:
             "e.g. workload.request_rate=2 (turns/s), or workload.arrival=waves",
         )
         return out
+    if w.kind is WorkloadKind.trace:
+        return out  # the trace's turns (check_trace)
     turns = max(w.turns, w.turns_max) * max([w.conversations, *w.conversation_counts])
     offered_s = turns / w.request_rate
     if offered_s > OPEN_LOOP_POINT_MAX_S:
@@ -885,6 +892,7 @@ RULES: tuple[Rule, ...] = (
     check_capacity,
     check_flows,
     check_policy,
+    check_trace,
     check_arrivals,
     check_duplicates,
     check_kv_cache,
@@ -906,6 +914,7 @@ WARNINGS: tuple[Rule, ...] = (
     *PREMISE_WARNINGS,
     warn_model_path_checked_on_the_nodes,
     warn_policy_forced,
+    warn_pauses_outlast_lease,
 )
 
 

@@ -162,7 +162,7 @@ def test_third_party_clients_run_against_the_served_deployment(tmp_path):
         stats = get(f"{url}/pdbench/stats")
         assert stats["paths"].get("pull", 0) >= 1, stats
         post(f"{url}/pdbench/flow", {"flow": "agg", "tag": "sdk-agg"})
-        assert sdk_conversations(url, model, "sdk") == pulled
+        assert sdk_conversations(url, model, "sdk-agg") == pulled
     finally:
         rc = served.stop()
     # Ctrl-C reached the driver alone (submitit's controller and the task ignore it); it
@@ -183,3 +183,57 @@ def test_third_party_clients_run_against_the_served_deployment(tmp_path):
             assert x["p_cached_tokens"] >= 0 and x["spans_ms"]["p"] > 0
     pulls = [x for x in chat if x["path"] == "pull"]
     assert pulls and all(x["offered_tokens"] > 0 and x["session"] for x in pulls)
+    # the answer's length, for a replay: the SDK asked no usage, so its streamed chunks
+    sdk = [x for x in chat if x["session"].startswith("sdk")]
+    assert len(sdk) == 12 and all(x["output_tokens"] == 12 for x in sdk)
+    replay_recorded_session(tmp_path, Path(record["request_log"]))
+
+
+def replay_recorded_session(tmp_path: Path, log: Path) -> None:
+    """The SDK's four conversations as the router recorded them, replayed under recompute
+    and pull: the same conversations, turn order, gaps and prompt lengths; pulled from
+    turn 2 in pull; the same tokens in both flows."""
+    from pdbench.config.schema import TraceConfig
+    from pdbench.traffic.replay import plan_replay
+    from pdbench.traffic.trace import prompt_lengths
+    from tests.e2e.conftest import all_points, request_records
+
+    run_dir = tmp_path / "replay"
+    args = [
+        "+experiment=flows",
+        "workload=trace",
+        f"workload.trace.path={log}",
+        "workload.trace.min_turns=2",  # the SDK's conversations, not the single requests
+        "flow.flows=[recompute,pull]",
+        "workload.repetitions=2",
+        "launch.check_premises=false",
+        NO_PREFLIGHT,
+        f"dir={run_dir}",
+    ]
+    proc = run_pdbench(args, 1200)
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
+    recorded = plan_replay(TraceConfig(path=str(log), min_turns=2), 16).replayed
+    assert len(recorded.conversations) == 4
+    planned = {
+        (c, t): (turn.at_s, n)
+        for c, conv in enumerate(recorded.conversations)
+        for t, (turn, n) in enumerate(zip(conv.turns, prompt_lengths(conv), strict=True), 1)
+    }
+    points = all_points(run_dir)
+    assert len(points) == 4 and all(p["status"] == "ok" for p in points)
+    for rep in (0, 1):
+        got = {}
+        for p in points:
+            if p["workload"]["repetition"] == rep:
+                recs = request_records(run_dir, p)
+                got[p["flow"]] = {(r["conversation"], r["turn"]): r for r in recs}
+        for flow, recs in got.items():
+            assert set(recs) == set(planned), flow
+            for key, r in recs.items():
+                at_s, prompt = planned[key]
+                assert r["prompt_tokens"] == prompt and r["status"] == "ok"
+                assert abs(r["offered_s"] - at_s) < 1e-6  # the recorded gaps, as recorded
+        assert {k: r["output_token_ids"] for k, r in got["pull"].items()} == {
+            k: r["output_token_ids"] for k, r in got["recompute"].items()
+        }
+        assert all(r["path"] == "pull" for k, r in got["pull"].items() if k[1] >= 2)

@@ -117,3 +117,24 @@ def test_a_non_streamed_completion_goes_back_as_a_chat_completion():
     assert chat["object"] == "chat.completion" and chat["id"] == "chatcmpl-r1"
     assert chat["choices"][0]["message"] == {"role": "assistant", "content": "hello"}
     assert chat["choices"][0]["token_ids"] == [7] and chat["usage"] == completion["usage"]
+
+
+def test_the_answers_token_count_is_read_from_its_usage_for_the_request_log():
+    """What a recorded session's replay sends back (``output_tokens`` in the router's log)."""
+    usage = {"usage": {"prompt_tokens": 9, "completion_tokens": 5}}
+    assert openai_api.completion_tokens(json.dumps(usage).encode()) == 5
+    assert openai_api.completion_tokens(b'{"choices": []}') == -1
+    assert openai_api.completion_tokens(b'{"completion_tokens" broken') == -1
+    events = [
+        {"choices": [{"index": 0, "text": "a", "token_ids": [7]}]},
+        {"choices": [], **usage},
+    ]
+    raw = b"".join(b"data: " + json.dumps(e).encode() + b"\n\n" for e in events)
+    for stream in (
+        openai_api.CompletionStream(json.loads, lambda x: json.dumps(x).encode()),
+        ChatStream("r", json.loads, lambda x: json.dumps(x).encode()),
+    ):
+        assert stream.completion_tokens == -1
+        stream.feed(raw[:20])
+        stream.feed(raw[20:])
+        assert stream.completion_tokens == 5

@@ -1,0 +1,1 @@
+"""Traffic a user brings: traces read, reconstructed into conversations and scaled (pure)."""
