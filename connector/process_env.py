@@ -18,6 +18,15 @@ NIXL_PROGRESS_DELAY_ENV = "PDBENCH_NIXL_PROGRESS_DELAY_US"
 ENGINE_IDLE_WAIT_ENV = "PDBENCH_ENGINE_IDLE_WAIT_MS"
 # How vLLM starts a server's engine-core process: fork | spawn (engine_start)
 ENGINE_START_ENV = "PDBENCH_ENGINE_START"
+# The key the router requires of every client (Authorization: Bearer <key>; unset or "":
+# none). Read from the driver's environment, which its jobs inherit; never in a record.
+API_KEY_ENV = "PDBENCH_API_KEY"
+
+
+def bearer(environ: Mapping[str, str]) -> dict[str, str]:
+    """The header that carries ``API_KEY_ENV``'s key ({} when none is set)."""
+    key = environ.get(API_KEY_ENV, "")
+    return {"Authorization": f"Bearer {key}"} if key else {}
 
 
 def whole_number(environ: Mapping[str, str], name: str, give: str) -> int | None:

@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import functools
 import json
+import os
 import time
 from dataclasses import dataclass
 from typing import Any
 
+from connector.process_env import bearer
 from jobs.serving.router_headers import (
     CONVERSATION_HEADER,
     PATH_HEADER,
@@ -108,6 +110,7 @@ async def stream_one(
         CONVERSATION_HEADER: f"{opts.salt}:{conv}",
         TURN_HEADER: str(turn),
         "Content-Type": "application/json",
+        **bearer(os.environ),  # the router's key, when it has one
     }
     if messages is None:
         url, data = (

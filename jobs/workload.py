@@ -17,12 +17,14 @@ once, over the whole Point (its ``by_turn`` row 0).
 from __future__ import annotations
 
 import asyncio
+import os
 import random
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import TypeVar
 
+from connector.process_env import bearer
 from jobs.history import ASSISTANT, SYSTEM, USER, Message, apply_edit, edit_for, prompt_ids
 from jobs.request_stream import RequestOptions, stream_one
 from pdbench.config.schema import WorkloadConfig, WorkloadKind
@@ -159,7 +161,8 @@ class LoadGenerator:
             return
         import aiohttp  # lazy: only when requests are sent
 
-        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=60)) as session:
+        timeout = aiohttp.ClientTimeout(total=60)
+        async with aiohttp.ClientSession(timeout=timeout, headers=bearer(os.environ)) as session:
 
             async def text(ids: list[int]) -> str:
                 body = {"model": self.opts.model, "tokens": ids}

@@ -5,11 +5,13 @@ split, decode bill, flags (``jobs.run.flags``) and which servers died."""
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 import traceback
 from dataclasses import dataclass
 from pathlib import Path
 
+from connector.process_env import bearer
 from connector.ucx_proto import transports_in_log
 from jobs.measure import attribution, decode_bill, kv_sampler, metrics, ttft_split
 from jobs.run import flags
@@ -208,7 +210,8 @@ async def drive(serving: Serving, point: Point, label: str):
         if point.flow is Flow.agg
         else [i.name for i in dep.by_role("decode")]
     )
-    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30)) as session:
+    timeout = aiohttp.ClientTimeout(total=30)
+    async with aiohttp.ClientSession(timeout=timeout, headers=bearer(os.environ)) as session:
         flow_body = {"flow": point.flow.value, "tag": point.point_id}
         async with session.post(f"{router_url}/pdbench/flow", json=flow_body) as r:
             if r.status != 200:

@@ -14,11 +14,13 @@ router serves is one line of ``logs/<deployment>/router_requests.jsonl``
 from __future__ import annotations
 
 import json
+import os
 import socket
 import time
 import urllib.request
 from pathlib import Path
 
+from connector.process_env import bearer
 from jobs.run.servers import say
 from jobs.run.state import TaskState
 from jobs.serving.router_metrics import metrics_urls
@@ -40,7 +42,9 @@ def set_flow(router_url: str, flow: str, tag: str = "serve") -> None:
     """Set the router's flow (what a client does with ``POST /pdbench/flow``)."""
     body = json.dumps({"flow": flow, "tag": tag}).encode()
     request = urllib.request.Request(
-        f"{router_url}/pdbench/flow", body, {"Content-Type": "application/json"}
+        f"{router_url}/pdbench/flow",
+        body,
+        {"Content-Type": "application/json", **bearer(os.environ)},
     )
     with urllib.request.urlopen(request, timeout=30) as resp:
         resp.read()

@@ -7,9 +7,11 @@ charged to the first Point of a flow. Its records are kept apart, in
 from __future__ import annotations
 
 import json
+import os
 import time
 from dataclasses import asdict
 
+from connector.process_env import bearer
 from jobs.workload import LoadGenerator, RequestOptions, build_conversations, run_client
 from pdbench.config.schema import WorkloadConfig
 from pdbench.plan.deployments import Deployment
@@ -29,7 +31,7 @@ def warm_up(dep: Deployment, points: list[Point], router_url: str, store: RunSto
         import aiohttp  # lazy: ~0.4 s, a client library the driver never needs
 
         records: list[RequestRecord] = []
-        async with aiohttp.ClientSession() as session:
+        async with aiohttp.ClientSession(headers=bearer(os.environ)) as session:
             for flow, history in cases:
                 tag = f"{WARMUP_TAG}{flow.value}-h{history}-{time.time()}"
                 body = {"flow": flow.value, "tag": tag}

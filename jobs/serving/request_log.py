@@ -23,7 +23,7 @@ class TurnLog:
     """One request as the router served it (``request_log`` lines)."""
 
     request_id: str
-    session: str  # "" when the request named no conversation
+    session: str  # the conversation ("prefix-<id>": one the router named; "": none)
     api: str  # chat | completions
     flow: str
     path: str = ""  # the route taken (pull, recompute, recompute_diverged, agg, ...)
@@ -40,6 +40,9 @@ class TurnLog:
     at: float = field(default_factory=time.time)  # unix time the request arrived
     spans_ms: dict[str, float] = field(default_factory=dict)  # route, p, gap, d, last
     client_request_id: str = ""  # the client's X-Request-ID ("" when it sent none)
+    # how the turn was found to belong to its conversation: "header" (one named it),
+    # "prefix" (its prompt extends the tokens D holds of one), "" (neither: a new one)
+    matched: str = ""
     load_in_flight: int = 0  # turns in flight at this turn's P, this one included (0: no P)
     # flow policy, on a turn that could pull: the rule's decision and its inputs
     # (pdbench.results.policy_rule.PullDecision.record); {} otherwise

@@ -38,7 +38,9 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import hmac
 import json
+import os
 import random
 import time
 import uuid
@@ -50,6 +52,7 @@ import aiohttp
 from aiohttp import web
 
 from connector.kv_params_service import OUTPUT_IDS_KEY
+from connector.process_env import API_KEY_ENV
 from jobs.serving import openai_api
 from jobs.serving.openai_api import CHAT, COMPLETIONS, ChatStream, CompletionStream
 from jobs.serving.request_log import RequestLog, TurnLog
@@ -74,6 +77,7 @@ from jobs.serving.routing import (
     prefill_body,
 )
 from jobs.serving.sessions import (
+    RECOGNISED,
     SESSION_BODY_KEY,
     Conversations,
     ConversationState,
@@ -112,6 +116,8 @@ class RouterConfig:
     policy: str = ""
     policy_target: dict[str, Any] | None = None
     policy_force: bool = False
+    # a request that names no conversation: found by the tokens D holds (sessions.py)
+    match_prefix: bool = True
     # what requests are checked against before P works on them (""/0: not checked)
     model: str = ""
     max_model_len: int = 0
@@ -247,17 +253,9 @@ class Router:
         if missing:
             return self._refused(log, 404, missing, timing)
         session = session_of(request.headers, body)
-        state = self.conversations.get(session, time.monotonic())
-        conversation = session or uuid.uuid4().hex  # the affinity key
-        # Request ids name the Point (tag) and turn, so per-transfer traces map back to them.
-        turn = request.headers.get(TURN_HEADER, "")
-        turn = int(turn) if turn.isdigit() else (state.turns + 1 if session else 0)
-        rid = f"pdb-{self.tag}-t{turn}-{uuid.uuid4().hex[:12]}"
-        flow = self.config.flow
-        log.request_id, log.session, log.turn = rid, session, turn
-        answering = pick(self.config.agg_urls or self.config.decode_urls, conversation)
-        if flow != "agg":
-            answering = pick(self.config.decode_urls, conversation)
+        # tokenizing is alike on every serving instance: the conversation's own, when named
+        served_by = self.config.agg_urls if self.config.flow == "agg" else []
+        answering = pick(served_by or self.config.decode_urls or self.config.agg_urls, session)
         if openai_api.needs_tokens(body, api):
             tokens = await self._tokenize(answering, openai_api.tokenize_request(body, api))
             if isinstance(tokens, web.Response):
@@ -270,6 +268,19 @@ class Router:
                 raw = None
         prompt = upstream["prompt"]
         log.prompt_tokens = len(prompt)
+        log.matched = "header" if session else ""
+        if not session and self.config.match_prefix:
+            session = self.conversations.recognise(prompt)
+            log.matched = "prefix" if session else ""
+            session = session or f"{RECOGNISED}{uuid.uuid4().hex[:16]}"
+        state = self.conversations.get(session, time.monotonic())
+        conversation = session or uuid.uuid4().hex  # the affinity key
+        # Request ids name the Point (tag) and turn, so per-transfer traces map back to them.
+        turn = request.headers.get(TURN_HEADER, "")
+        turn = int(turn) if turn.isdigit() else (state.turns + 1 if session else 0)
+        rid = f"pdb-{self.tag}-t{turn}-{uuid.uuid4().hex[:12]}"
+        flow = self.config.flow
+        log.request_id, log.session, log.turn = rid, session, turn
         too_long = openai_api.length_problem(body, len(prompt), self.config.max_model_len)
         if too_long:  # before P spends a prefill on it
             return self._refused(log, 400, too_long, timing)
@@ -432,6 +443,7 @@ class Router:
             )
         if settled is not None and response.status == 200:
             await self._remember_d(state, d_url, f"{rid}-d", body["prompt"])
+            self.conversations.index(conversation, state)
         state.turns += 1
         return response
 
@@ -684,6 +696,19 @@ class Router:
         return web.Response(text="ok")
 
     def app(self):
+        key = os.environ.get(API_KEY_ENV, "")
+
+        @web.middleware
+        async def require_key(request, handler):
+            """Every endpoint but /health (what a liveness probe asks) wants the key."""
+            if key and request.path != "/health" and not _authorised(request, key):
+                self.metrics.observe("", 401, -1.0, 0, 0.0)
+                return _error(
+                    401,
+                    f"Unauthorized: give the router's key ({API_KEY_ENV}) as "
+                    "'Authorization: Bearer <key>'",
+                )
+            return await handler(request)
 
         async def on_startup(app):
             timeout = aiohttp.ClientTimeout(total=self.config.request_timeout_s)
@@ -695,7 +720,7 @@ class Router:
             await self.session.close()
             self.log.close()
 
-        app = web.Application(client_max_size=64 * 1024**2)
+        app = web.Application(client_max_size=64 * 1024**2, middlewares=[require_key])
         app.on_startup.append(on_startup)
         app.on_cleanup.append(on_cleanup)
         app.router.add_post("/v1/completions", self.handle_completions)
@@ -708,6 +733,13 @@ class Router:
         app.router.add_get("/health", self.handle_health)
         app.router.add_get("/metrics", self.handle_metrics)
         return app
+
+
+def _authorised(request, key: str) -> bool:
+    """Whether the request carries ``key`` as its bearer token (compared in constant time)."""
+    given = request.headers.get("Authorization", "")
+    scheme, _, token = given.partition(" ")
+    return scheme.lower() == "bearer" and hmac.compare_digest(token.strip().encode(), key.encode())
 
 
 def _error(status: int, message: str, headers: dict[str, str] | None = None):

@@ -5,7 +5,12 @@ A request belongs to a conversation when it names one: the ``X-Session-ID`` head
 vLLM's ``benchmarks/multi_turn`` client sends with ``--send-conversation-id``, beside a
 ``conversation_id`` body field), pdbench's ``X-Pdbench-Conversation``, AIPerf's
 ``X-Correlation-ID`` (its multi-turn mode's default), or that body field.
-Without one the request stands alone: no state is kept, nothing is pulled for it.
+Without one, the router looks for the conversation whose tokens on D the prompt extends
+(``Conversations.recognise``: a prefix match on token ids, as production routers recognise
+reuse; ``flow.match_prefix``), so a client that resends its history (GuideLLM's multi-turn
+mode, any chat client) gets pulls with no header; a prompt that extends none starts a
+conversation of its own, named ``prefix-<id>``. With ``flow.match_prefix=false`` such a
+request stands alone: no state is kept, nothing is pulled for it.
 
 What D holds after a turn is the KV of the first ``remote_num_tokens`` tokens of that turn's
 prompt followed by its output (vLLM's params; the output ids come from D's plugin). P may
@@ -27,6 +32,8 @@ SESSION_HEADER = "X-Session-ID"  # vLLM's benchmarks/multi_turn client, --send-c
 SESSION_BODY_KEY = "conversation_id"  # the same client's body field (vLLM's multi-turn proxy)
 CORRELATION_HEADER = "X-Correlation-ID"  # AIPerf's multi-turn mode: one id per conversation
 PRUNE_EVERY = 256  # requests between sweeps of idle conversations
+PREFIX_KEY_TOKENS = 16  # the held tokens' start that indexes a conversation for recognition
+RECOGNISED = "prefix-"  # how the router names a conversation it found by its tokens
 
 
 def session_of(headers: Mapping[str, str], body: dict[str, Any]) -> str:
@@ -93,6 +100,41 @@ class Conversations:
         self.idle_s = idle_s
         self._states: dict[str, ConversationState] = {}
         self._since_prune = 0
+        # the first PREFIX_KEY_TOKENS held tokens -> the conversations holding them
+        self._by_start: dict[tuple[int, ...], set[str]] = {}
+        self._start_of: dict[str, tuple[int, ...]] = {}
+
+    def index(self, session: str, state: ConversationState) -> None:
+        """Make ``session`` findable by its held tokens (after D's params of a turn came)."""
+        if self._states.get(session) is not state:
+            return
+        self._unindex(session)
+        if len(state.held) >= PREFIX_KEY_TOKENS:
+            start = tuple(state.held[:PREFIX_KEY_TOKENS])
+            self._by_start.setdefault(start, set()).add(session)
+            self._start_of[session] = start
+
+    def _unindex(self, session: str) -> None:
+        start = self._start_of.pop(session, None)
+        holders = self._by_start.get(start) if start is not None else None
+        if holders is not None:
+            holders.discard(session)
+            if not holders:
+                del self._by_start[start]
+
+    def recognise(self, prompt: list[int]) -> str:
+        """The conversation whose held tokens ``prompt`` extends, the longest if several
+        (``""``: none; a conversation with a turn still in flight is not a candidate)."""
+        if len(prompt) <= PREFIX_KEY_TOKENS:
+            return ""
+        best, best_len = "", 0
+        for session in self._by_start.get(tuple(prompt[:PREFIX_KEY_TOKENS]), ()):
+            state = self._states.get(session)
+            if state is None or state.settled is not None or state.d_params is None:
+                continue
+            if len(state.held) > best_len and diverges_at(prompt, state.held) is None:
+                best, best_len = session, len(state.held)
+        return best
 
     def get(self, session: str, now: float) -> ConversationState:
         """The state of ``session``; a fresh one kept nowhere when ``session`` is ""."""
@@ -115,10 +157,13 @@ class Conversations:
         ]
         for k in stale:
             del self._states[k]
+            self._unindex(k)
         return len(stale)
 
     def clear(self) -> None:
         self._states.clear()
+        self._by_start.clear()
+        self._start_of.clear()
 
     def __len__(self) -> int:
         return len(self._states)

@@ -319,6 +319,11 @@ class FlowConfig:
     # the nearest entry anyway, and the records say so.
     policy: str = ""
     policy_force: bool = False
+    # A request that names no conversation (no X-Session-ID, X-Correlation-ID, ...): the
+    # router finds the conversation whose tokens on D its prompt extends (a prefix match),
+    # so clients that resend their history get pulls with no header. Operational: pdbench's
+    # own client names its conversations. false: such a request stands alone.
+    match_prefix: bool = True
     # The flow `python -m pdbench serve` serves (each one-flow group file names its own);
     # null: the first of flows. Operational: nothing measured depends on it.
     serve: Optional[Flow] = None  # noqa: UP045 - OmegaConf 2.3 reads Optional, not "X | None"

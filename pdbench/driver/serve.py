@@ -13,11 +13,13 @@ job also ends at its time limit (no requeue).
 from __future__ import annotations
 
 import json
+import os
 import time
 import urllib.request
 from dataclasses import replace
 from pathlib import Path
 
+from connector.process_env import bearer
 from jobs.entry.deployment import DeploymentJob
 from pdbench.config.problems import ConfigError, ConfigProblem
 from pdbench.config.schema import ExecutorKind, RunConfig
@@ -129,7 +131,8 @@ def serving_lines(run_dir: str | Path) -> list[str]:
 def live_flow(url: str, timeout_s: float = 2.0) -> str:
     """The flow the router at ``url`` serves now ("" when it does not answer)."""
     try:
-        with urllib.request.urlopen(f"{url}/pdbench/stats", timeout=timeout_s) as resp:
+        request = urllib.request.Request(f"{url}/pdbench/stats", headers=bearer(os.environ))
+        with urllib.request.urlopen(request, timeout=timeout_s) as resp:
             return str(json.loads(resp.read()).get("flow", ""))
     except (OSError, ValueError):
         return ""

@@ -140,6 +140,10 @@ def stopping_jobs_on(submitted: list[Submitted], wait_s: float = STOP_WAIT_S) ->
 
     previous = {sig: signal.signal(sig, raise_signalled) for sig in STOP_SIGNALS}
     previous[signal.SIGINT] = signal.getsignal(signal.SIGINT)
+    if previous[signal.SIGINT] is signal.SIG_IGN:
+        # inherited ignored (a script's `python -m pdbench serve ... &`): Ctrl-C and
+        # `kill -INT` still stop the jobs (what was started meanwhile stays deaf to it)
+        signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         yield
     except (DriverSignalled, KeyboardInterrupt) as got:

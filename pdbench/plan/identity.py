@@ -63,7 +63,7 @@ OPERATIONAL: dict[str, frozenset[str]] = {
         }
     ),
     "workload": frozenset({"request_timeout_s"}),
-    "flow": frozenset({"kv_sample_period_s", "serve"}),
+    "flow": frozenset({"kv_sample_period_s", "serve", "match_prefix"}),
 }
 
 # Router knobs that change only the Points of one flow: in those Points' ids.

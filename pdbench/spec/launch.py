@@ -346,6 +346,7 @@ def router_settings(flow: FlowConfig, request_timeout_s: float, port: int) -> di
         # flow policy: the router reads the file itself (absolute: its cwd is the job's)
         "policy": os.path.abspath(flow.policy) if flow.policy else "",
         "policy_force": flow.policy_force,
+        "match_prefix": flow.match_prefix,
     }
 
 

@@ -85,8 +85,9 @@ def median_ci(values: list[float], resamples: int = 4000) -> list[float]:
 
 
 def sdk_conversations(url: str, model: str, tag: str) -> dict[tuple[int, int], str]:
-    """Two three-turn conversations with the OpenAI SDK, each named by X-Session-ID: the
-    answers' text by (conversation, turn)."""
+    """Two three-turn conversations with the OpenAI SDK, each named by X-Session-ID (tag
+    "": named by nothing, as GuideLLM's multi-turn mode sends them): the answers' text by
+    (conversation, turn)."""
     from openai import OpenAI
 
     client = OpenAI(base_url=f"{url}/v1", api_key="none")
@@ -102,7 +103,7 @@ def sdk_conversations(url: str, model: str, tag: str) -> dict[tuple[int, int], s
                 temperature=0.0,
                 stream=True,
                 extra_body={"ignore_eos": True, "min_tokens": 12},
-                extra_headers={"X-Session-ID": f"{tag}-{c}"},
+                extra_headers={"X-Session-ID": f"{tag}-{c}"} if tag else {},
             )
             text = "".join(
                 chunk.choices[0].delta.content or "" for chunk in stream if chunk.choices
@@ -163,6 +164,10 @@ def test_third_party_clients_run_against_the_served_deployment(tmp_path):
         assert stats["paths"].get("pull", 0) >= 1, stats
         post(f"{url}/pdbench/flow", {"flow": "agg", "tag": "sdk-agg"})
         assert sdk_conversations(url, model, "sdk-agg") == pulled
+        # no header at all: the router finds each conversation by the tokens D holds
+        post(f"{url}/pdbench/flow", {"flow": "pull", "tag": "sdk-anonymous"})
+        assert sdk_conversations(url, model, "") == pulled
+        assert get(f"{url}/pdbench/stats")["paths"].get("pull", 0) == 4, "turns 2, 3 of two"
     finally:
         rc = served.stop()
     # Ctrl-C reached the driver alone (submitit's controller and the task ignore it); it
@@ -186,11 +191,24 @@ def test_third_party_clients_run_against_the_served_deployment(tmp_path):
     # the answer's length, for a replay: the SDK asked no usage, so its streamed chunks
     sdk = [x for x in chat if x["session"].startswith("sdk")]
     assert len(sdk) == 12 and all(x["output_tokens"] == 12 for x in sdk)
+    assert {x["matched"] for x in sdk} == {"header"}
+    # the header-free conversations: each turn after the first found by its prefix, pulled
+    found = [x for x in chat if x["request_id"].startswith("pdb-sdk-anonymous-")]
+    assert len(found) == 6 and all(x["session"].startswith("prefix-") for x in found)
+    assert sorted((x["turn"], x["matched"], x["path"]) for x in found) == [
+        (1, "", "recompute"),
+        (1, "", "recompute"),
+        (2, "prefix", "pull"),
+        (2, "prefix", "pull"),
+        (3, "prefix", "pull"),
+        (3, "prefix", "pull"),
+    ]
+    assert len({x["session"] for x in found}) == 2
     replay_recorded_session(tmp_path, Path(record["request_log"]))
 
 
 def replay_recorded_session(tmp_path: Path, log: Path) -> None:
-    """The SDK's four conversations as the router recorded them, replayed under recompute
+    """The SDK's six conversations as the router recorded them, replayed under recompute
     and pull: the same conversations, turn order, gaps and prompt lengths; pulled from
     turn 2 in pull; the same tokens in both flows."""
     from pdbench.config.schema import TraceConfig
@@ -213,7 +231,7 @@ def replay_recorded_session(tmp_path: Path, log: Path) -> None:
     proc = run_pdbench(args, 1200)
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
     recorded = plan_replay(TraceConfig(path=str(log), min_turns=2), 16).replayed
-    assert len(recorded.conversations) == 4
+    assert len(recorded.conversations) == 6  # the SDK's, named or found by their prefix
     planned = {
         (c, t): (turn.at_s, n)
         for c, conv in enumerate(recorded.conversations)

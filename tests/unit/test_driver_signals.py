@@ -123,6 +123,22 @@ def test_ctrl_c_stops_every_job_followed_then_exits_130(jobs, capsys):
     assert "[pdbench] Ctrl-C: stopping the jobs this launch follows" in capsys.readouterr().out
 
 
+def test_sigint_stops_the_jobs_even_when_the_driver_inherited_it_ignored(jobs, capsys):
+    """A driver started from a script in the background (``cmd &``: SIGINT ignored, kept
+    so by Python) still stops its jobs on ``kill -INT``."""
+    local, slurm = jobs
+    before = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        with pytest.raises(SystemExit) as exc, stopping_jobs_on([Submitted("a", local)], 10):
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(10)  # the signal interrupts this
+        assert exc.value.code == 128 + signal.SIGINT
+        assert local._process.wait(timeout=5) == 7
+        assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN  # as it was inherited
+    finally:
+        signal.signal(signal.SIGINT, before)
+
+
 # Stands for a task: SIGINT as it inherited it, SIGTERM ends it with 7.
 TASK = (
     "import signal, sys, time; signal.signal(signal.SIGTERM, lambda *a: sys.exit(7)); "

@@ -284,3 +284,41 @@ def test_metrics_are_prometheus_text_by_route_and_status(tmp_path):
     assert [s.value for s in chunk if s.name.endswith("_count")] == [1.0]  # 2 chunks streamed
     (in_flight,) = families["pdbench_router_in_flight"].samples
     assert in_flight.labels == {"prefill": "prefill0"} and in_flight.value == 0.0
+
+
+def test_with_a_key_every_endpoint_but_health_wants_it(tmp_path, monkeypatch):
+    """PDBENCH_API_KEY set: each endpoint answers 401 in vLLM's error shape without the
+    key or with a wrong one, serves with it; /health stays open for liveness probes."""
+    monkeypatch.setenv("PDBENCH_API_KEY", "s3cret")
+    calls = [
+        ("post", "/v1/completions", BODY),
+        ("post", "/v1/chat/completions", {"model": "m", "messages": []}),
+        ("post", "/pdbench/flow", {"flow": "pull"}),
+        ("get", "/pdbench/stats", None),
+        ("get", "/metrics", None),
+        ("get", "/v1/models", None),
+        ("post", "/tokenize", {"model": "m", "prompt": "a"}),
+    ]
+
+    async def exchange(client, url):
+        out = {}
+        for auth in (None, "Bearer wrong", "Basic s3cret", "Bearer s3cret"):
+            headers = {"Authorization": auth} if auth else {}
+            for method, path, body in calls:
+                async with client.request(method, url + path, json=body, headers=headers) as r:
+                    out[(auth, path)] = (r.status, await r.text())
+            async with client.get(f"{url}/health", headers=headers) as r:
+                out[(auth, "/health")] = (r.status, await r.text())
+        return out
+
+    _, got = run(tmp_path, Upstreams(), exchange)
+    for auth in (None, "Bearer wrong", "Basic s3cret"):
+        for _, path, _ in calls:
+            status, text = got[(auth, path)]
+            assert status == 401, (auth, path)
+            assert json.loads(text)["error"]["code"] == 401 and "s3cret" not in text
+        assert got[(auth, "/health")][0] == 200
+    assert got[("Bearer s3cret", "/v1/completions")][0] == 200
+    assert got[("Bearer s3cret", "/pdbench/stats")][0] == 200
+    assert got[("Bearer s3cret", "/pdbench/flow")][0] == 200
+    assert got[("Bearer s3cret", "/metrics")][0] == 200

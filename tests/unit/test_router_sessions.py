@@ -9,6 +9,7 @@ import pytest
 
 from jobs.serving.router_headers import CONVERSATION_HEADER
 from jobs.serving.sessions import (
+    PREFIX_KEY_TOKENS,
     PRUNE_EVERY,
     SESSION_HEADER,
     Conversations,
@@ -66,3 +67,39 @@ def test_idle_conversations_are_forgotten_but_not_one_in_flight():
     for _ in range(PRUNE_EVERY):
         table.get("", now=100.0)
     assert len(table) == 0
+
+
+def held_conversation(table: Conversations, session: str, held: list[int]):
+    state = table.get(session, now=0.0)
+    state.d_params, state.held = {"remote_block_ids": [[1]]}, list(held)
+    table.index(session, state)
+    return state
+
+
+def test_a_request_naming_no_conversation_is_found_by_the_tokens_d_holds():
+    table = Conversations(idle_s=10.0)
+    system = list(range(100, 100 + PREFIX_KEY_TOKENS))  # a system prompt both share
+    held_conversation(table, "a", system + [1, 2, 3])
+    held_conversation(table, "b", system + [1, 2, 3, 4, 5])  # a's, longer: the better match
+    held_conversation(table, "c", system + [9])
+    assert table.recognise(system + [1, 2, 3, 4, 5, 6]) == "b"
+    assert table.recognise(system + [1, 2, 3, 7]) == "a"
+    assert table.recognise(system + [9, 9]) == "c"
+    assert table.recognise(system + [8]) == ""  # extends none
+    assert table.recognise(system + [1, 2, 3]) == ""  # nothing new for P to compute
+    assert table.recognise(system[:PREFIX_KEY_TOKENS]) == ""  # too short to be indexed
+    table.get("b", now=0.0).settled = asyncio.Event()  # its turn in flight: not yet
+    assert table.recognise(system + [1, 2, 3, 4, 5, 6]) == "a"
+
+
+def test_recognition_forgets_what_pruning_forgets_and_follows_what_d_holds_now():
+    table = Conversations(idle_s=10.0)
+    start = list(range(PREFIX_KEY_TOKENS))
+    state = held_conversation(table, "a", start + [1])
+    held_conversation(table, "a", [7, *start])  # the history was edited: D holds other tokens
+    assert table.recognise(start + [1, 2]) == "" and table.recognise([7, *start, 1]) == "a"
+    assert state is table.get("a", now=0.0)
+    assert table.prune(now=20.0) == 1
+    assert table.recognise([7, *start, 1]) == ""
+    held_conversation(table, "", start + [1])  # a request standing alone is never indexed
+    assert table.recognise(start + [1, 2]) == ""
