@@ -94,6 +94,13 @@ class KvSampler:
         await self._sample()
         self._task = asyncio.create_task(self._run())
 
+    async def cancel(self) -> None:
+        """Stop sampling without a last sample (a server died: asking it would wait out
+        the session's timeout)."""
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+
     async def stop(self) -> dict[str, list[list[float]]]:
         self.load_end_s = time.perf_counter() - self._t0
         if self.tail_s > 0:

@@ -5,11 +5,14 @@ split, decode bill, flags (``jobs.run.flags``) and which servers died."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import time
 import traceback
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 from connector.process_env import bearer
 from connector.ucx_proto import transports_in_log
@@ -80,7 +83,7 @@ def measure_point(
     logs = LogWindow([i.log_path for i in pd])
     try:
         records, per_turn, totals, duration, result.router, waves, kv = run_client(
-            drive(serving, point, label)
+            drive(serving, point, label, lambda: [p.name for p in task.dead()])
         )
         split_ttft(ran, records, per_turn, waves)
         result.offered_load = offered(point, records)
@@ -94,6 +97,8 @@ def measure_point(
         if failed:
             first = next(r for r in records if r.status != "ok")
             result.error = f"{failed} of {len(records)} requests failed; first: {first.error}"
+    except ServerDied as exc:  # named with its log tail below
+        result.error = str(exc)
     except Exception as exc:  # the Point fails, the record says why
         result.error = f"{type(exc).__name__}: {exc}\n{traceback.format_exc(limit=5)}"
     stretch = logs.read()  # this Point's part of the P/D logs, read once
@@ -142,6 +147,31 @@ def offered(point: Point, records: list[RequestRecord]) -> dict:
     return load.record()
 
 
+T = TypeVar("T")
+DEAD_POLL_S = 1.0  # how often a Point's load looks for a dead server
+
+
+class ServerDied(RuntimeError):
+    """A server of the deployment died while a Point's load ran."""
+
+
+async def until_a_server_dies(work: Awaitable[T], dead: Callable[[], list[str]]) -> T:
+    """``work``'s result; cancelled, and ``ServerDied`` naming the servers, as soon as
+    ``dead`` names any (a killed API server whose engine core still holds its socket would
+    leave the load's requests waiting for their timeout)."""
+    running = asyncio.ensure_future(work)
+    while True:
+        done, _ = await asyncio.wait({running}, timeout=DEAD_POLL_S)
+        if done:
+            return running.result()
+        names = dead()
+        if names:
+            running.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await running
+            raise ServerDied(f"the load stopped: {', '.join(names)} died")
+
+
 def split_ttft(ran: DeploymentSpec, records: list[RequestRecord], per_turn, waves) -> None:
     """Each request's TTFT in parts (jobs/measure/ttft_split.py), per turn their means."""
     servers = ttft_split.read_server_timing(ran.timing_dir, ttft_split.wanted_ids(records))
@@ -166,8 +196,10 @@ def bill_decode(dep: Deployment, result: PointResult, records, totals, kv) -> No
     )
 
 
-async def drive(serving: Serving, point: Point, label: str):
-    """The Point's load through the router, every server scraped between turn waves."""
+async def drive(serving: Serving, point: Point, label: str, dead: Callable[[], list[str]] = list):
+    """The Point's load through the router, every server scraped between turn waves; the
+    load is stopped within ``DEAD_POLL_S`` of a server's death (``dead``: the names of the
+    task's processes that died), not left to its requests' timeouts."""
     import aiohttp  # lazy: ~0.4 s, a client library the driver never needs
 
     dep, urls, router_url = serving.deployment, serving.urls, serving.router_url
@@ -251,10 +283,15 @@ async def drive(serving: Serving, point: Point, label: str):
         decode = [i.name for i in dep.by_role("decode")]
         kv = await kv_sampler.start(session, urls, dep.flow.kv_sample_period_s, decode, tail_s)
         t0 = time.perf_counter()
-        records = await gen.run(specs, on_wave_done=on_wave_done)
-        duration = time.perf_counter() - t0
+        try:
+            records = await until_a_server_dies(gen.run(specs, on_wave_done=on_wave_done), dead)
+        except ServerDied:
+            if kv is not None:
+                await kv.cancel()
+            raise
         if kv is not None:
             await kv.stop()
+        duration = time.perf_counter() - t0
         async with session.get(f"{router_url}/pdbench/stats") as r:
             router_stats = await r.json()
     return records, per_turn, totals, duration, router_stats, waves, kv

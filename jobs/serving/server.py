@@ -3,10 +3,17 @@
 ``ServerProcess`` starts a command with ``start_new_session=True`` (so the whole group can be
 signalled), writes its output to a log file, waits for ``/health`` while checking the
 process is alive, and on exit sends SIGTERM to the group, then SIGKILL after a grace period.
+
+Nothing outlives the task that started it, however the task ends: each server is started
+with a parent-death signal (Linux ``PR_SET_PDEATHSIG``: SIGTERM when the task dies, even by
+SIGKILL, so vLLM stops its engine core as on any SIGTERM), and the stop signals the group
+by the leader's pid (a session leader's pid is its group's id), so an engine core whose API
+server was killed alone, still in the group, dies with the deployment.
 """
 
 from __future__ import annotations
 
+import ctypes
 import os
 import signal
 import subprocess
@@ -61,7 +68,7 @@ class ServerProcess:
         pinned = f"[cores {','.join(map(str, self.cpus))}] " if self.cpus else ""
         self._log.write(f"$ {pinned}{' '.join(self.cmd)}\n".encode())
         self._log.flush()
-        cpus = self.cpus
+        cpus, parent = self.cpus, os.getpid()
         self.proc = subprocess.Popen(
             self.cmd,
             env={**os.environ, **self.env},
@@ -69,7 +76,7 @@ class ServerProcess:
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
             start_new_session=True,
-            preexec_fn=lambda: _in_child(cpus),
+            preexec_fn=lambda: _in_child(cpus, parent),
         )
         return self
 
@@ -95,18 +102,14 @@ class ServerProcess:
         """SIGTERM the process group, SIGKILL it after the grace period, reap."""
         proc = self.proc
         if proc is not None:
+            pgid = proc.pid  # its own session's leader: the group's id, dead or alive
+            _signal_group(pgid, signal.SIGTERM)
             try:
-                pgid = os.getpgid(proc.pid)
-            except ProcessLookupError:
-                pgid = None
-            if pgid is not None:
-                _signal_group(pgid, signal.SIGTERM)
-                try:
-                    proc.wait(timeout=self.grace_s)
-                except subprocess.TimeoutExpired:
-                    pass
-                # Children (engine cores) may outlive the leader: end the whole group.
-                _signal_group(pgid, signal.SIGKILL)
+                proc.wait(timeout=self.grace_s)
+            except subprocess.TimeoutExpired:
+                pass
+            # Children (engine cores) may outlive the leader: end the whole group.
+            _signal_group(pgid, signal.SIGKILL)
             try:
                 proc.wait(timeout=self.grace_s)
             except subprocess.TimeoutExpired:
@@ -182,12 +185,30 @@ def wait_all_ready(
         time.sleep(poll_s)
 
 
-def _in_child(cpus: list[int] | None) -> None:
-    """Set up the server's process before it starts: SLURM sends its time-limit warning
+PR_SET_PDEATHSIG = 1  # linux/prctl.h
+
+
+def die_with_parent(parent: int, sig: signal.Signals = signal.SIGTERM) -> bool:
+    """Ask the kernel to send ``sig`` to this process when its parent dies (Linux; False
+    elsewhere); exit at once if ``parent`` is already gone (it died before the ask)."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        done = libc.prctl(PR_SET_PDEATHSIG, int(sig), 0, 0, 0) == 0
+    except (OSError, AttributeError):
+        return False
+    if os.getppid() != parent:
+        os._exit(1)
+    return done
+
+
+def _in_child(cpus: list[int] | None, parent: int) -> None:
+    """Set up the server's process before it starts: it dies with the task (SIGTERM when
+    its parent dies: ``die_with_parent``); SLURM sends its time-limit warning
     (``--signal=USR2@...``) to every process of the job step, servers included, and they must
     stay up while the job checkpoints and stops them; pin it to ``cpus`` (its children
     inherit them), those of them the task may use, and say so in its log when that leaves
     none (it then runs where the task may)."""
+    die_with_parent(parent)
     signal.signal(signal.SIGUSR2, signal.SIG_IGN)
     if cpus:
         allowed = set(cpus) & os.sched_getaffinity(0)

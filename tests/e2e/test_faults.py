@@ -79,11 +79,34 @@ def wait_for_a_new_ok_point(
 
 
 def server_on_port(run_dir: Path, port: int) -> psutil.Process:
-    for pid in server_pids(run_dir):
-        cmd = psutil.Process(pid).cmdline()
+    """The API server on ``port`` (not its forked engine core, which has its command line)."""
+    pids = server_pids(run_dir)
+    for pid in pids:
+        proc = psutil.Process(pid)
+        cmd = proc.cmdline()
         if SERVER_MODULE in cmd and "--port" in cmd and cmd[cmd.index("--port") + 1] == str(port):
-            return psutil.Process(pid)
+            if proc.ppid() not in pids:
+                return proc
     raise AssertionError(f"no vLLM server on port {port}")
+
+
+def port_held(port: int) -> bool:
+    """Whether anything listens on ``port`` (a server, or an engine core with its socket)."""
+    return any(
+        c.status == psutil.CONN_LISTEN and c.laddr and c.laddr.port == port
+        for c in psutil.net_connections("tcp")
+    )
+
+
+def left_behind(run_dir: Path, ports: list[int], within_s: float = 15.0) -> list[str]:
+    """What of the run is still alive ``within_s`` after its end: servers by pid, ports."""
+    deadline = time.monotonic() + within_s
+    while True:
+        left = [f"pid {p}" for p in server_pids(run_dir)]
+        left += [f"port {p}" for p in ports if port_held(p)]
+        if not left or time.monotonic() > deadline:
+            return left
+        time.sleep(0.5)
 
 
 def torn_files(run_dir: Path) -> list[str]:
@@ -103,10 +126,12 @@ def records(run_dir: Path) -> dict[str, dict]:
 
 
 # The faults share one run dir, one after the other, each run resuming the last: P killed
-# mid-Point, D killed mid-Point, SIGTERM to the driver mid-Point, then a run that completes
-# on the same ports. Six Points (3 flows x 2 history lengths), so that each faulted run has
-# measured one Point ok and has one in progress when its fault comes. Ports of their own: a
-# server another test leaked on the defaults fails no fault test. A request D dies under
+# mid-Point, D killed mid-Point, D's API server killed alone (its engine core lives on),
+# the driver's process group SIGKILLed, SIGTERM to the driver mid-Point, then a run that
+# completes on the same ports. Six Points (3 flows x 2 history lengths), so that each
+# faulted run has measured one Point ok and has one in progress when its fault comes. Ports
+# of their own: a server another test leaked on the defaults fails no fault test. A request
+# D dies under
 # while it streams keeps its client waiting to the request timeout (the router logs a 502
 # but leaves the client's stream open): 30 s instead of 120 bounds that wait; a request
 # here takes well under a second.
@@ -132,8 +157,9 @@ class Faulted:
     kept: dict[str, int]  # the Points recorded ok before the fault: file name -> mtime
     records: dict[str, dict]  # every record as the run left them
     torn: list[str]  # records half-written or temporary files left behind
-    servers_left: list[int]
+    servers_left: list[str]  # servers by pid, and their ports, still held 15 s after its end
     processes_left: list[str]  # anything started for the run still alive: jobs, servers
+    fault_at: float  # time.time() of the fault
 
 
 def kill_server(port: int) -> Callable[[Path, subprocess.Popen], None]:
@@ -142,6 +168,22 @@ def kill_server(port: int) -> Callable[[Path, subprocess.Popen], None]:
         os.killpg(os.getpgid(server.pid), signal.SIGKILL)
 
     return fault
+
+
+def kill_api_server_alone(port: int) -> Callable[[Path, subprocess.Popen], None]:
+    """SIGKILL the API server only: its engine core lives on, holding the listening socket
+    (requests to the port then hang instead of failing)."""
+
+    def fault(run_dir: Path, proc: subprocess.Popen) -> None:
+        os.kill(server_on_port(run_dir, port).pid, signal.SIGKILL)
+
+    return fault
+
+
+def kill_the_drivers_group(run_dir: Path, proc: subprocess.Popen) -> None:
+    """SIGKILL to the driver's whole process group (the driver, submitit's controller, the
+    task): nothing of pdbench runs a teardown; the servers must still end."""
+    os.killpg(proc.pid, signal.SIGKILL)
 
 
 def sigterm_the_driver(run_dir: Path, proc: subprocess.Popen) -> None:
@@ -163,14 +205,23 @@ def run_until(run_dir: Path, args: list[str], fault) -> Faulted:
             for name, r in records(run_dir).items()
             if r["status"] == "ok"
         }
+        fault_at = time.time()
         fault(run_dir, proc)
         out, _ = proc.communicate(timeout=600)
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
-    left, alive = server_pids(run_dir), processes_under(run_dir.parent)
+    left, alive = left_behind(run_dir, [P_PORT, D_PORT]), processes_under(run_dir.parent)
     return Faulted(
-        started, proc.returncode, out, kept, records(run_dir), torn_files(run_dir), left, alive
+        started,
+        proc.returncode,
+        out,
+        kept,
+        records(run_dir),
+        torn_files(run_dir),
+        left,
+        alive,
+        fault_at,
     )
 
 
@@ -182,6 +233,8 @@ def fault_chain(tmp_path_factory) -> Iterator[tuple[Path, dict[str, Faulted], Co
         faulted = {}
         faulted["prefill_killed"] = run_until(run_dir, args, kill_server(P_PORT))
         faulted["decode_killed"] = run_until(run_dir, args, kill_server(D_PORT))
+        faulted["decode_api_killed"] = run_until(run_dir, args, kill_api_server_alone(D_PORT))
+        faulted["driver_group_killed"] = run_until(run_dir, args, kill_the_drivers_group)
         # the driver waits for its job's teardown before it exits: no settling time
         faulted["driver_sigterm"] = run_until(run_dir, args, sigterm_the_driver)
         last = run_pdbench(args, 900)  # the same ports again: nothing holds them
@@ -199,6 +252,36 @@ def resumed_to_the_end(run_dir: Path, last: CompletedProcess, run: Faulted) -> N
     for name, mtime in run.kept.items():  # recorded ok: not measured again
         assert (run_dir / "points" / name).stat().st_mtime_ns == mtime, name
     assert server_pids(run_dir) == []
+
+
+def test_an_api_server_killed_alone_fails_its_point_at_once_and_its_engine_core_goes(
+    fault_chain,
+):
+    """Its engine core keeps the port's socket, so requests there hang rather than fail:
+    the task sees the API server's death (DEAD_POLL_S) and stops the Point, naming it; the
+    deployment's stop ends the engine core (the group). The bound is functional: well
+    under the 30 s request timeout the load would otherwise wait out."""
+    run_dir, faulted, last = fault_chain
+    run = faulted["decode_api_killed"]
+    assert run.returncode != 0, run.output[-2000:]
+    failed = [r for r in run.records.values() if r["status"] == "failed"]
+    (failed,) = [r for r in failed if r["started_at"] >= run.started]
+    assert failed["error"].startswith("server(s) died during the point: ['decode0 (node 0)']")
+    assert "the load stopped: decode0 (node 0) died" in failed["error"]
+    assert failed["finished_at"] - run.fault_at < 20, failed["finished_at"] - run.fault_at
+    assert run.servers_left == [] and run.torn == []
+    resumed_to_the_end(run_dir, last, run)
+
+
+def test_sigkill_of_the_drivers_process_group_leaves_no_server_behind(fault_chain):
+    """kill -9 of the driver's group: no teardown runs in pdbench, yet every server and
+    the router end (their parent-death signal) and free their ports within 15 s; the next
+    run on the same ports measures the rest."""
+    run_dir, faulted, last = fault_chain
+    run = faulted["driver_group_killed"]
+    assert run.returncode == -signal.SIGKILL
+    assert run.servers_left == [], run.servers_left
+    resumed_to_the_end(run_dir, last, run)
 
 
 @pytest.mark.parametrize("which", ["prefill_killed", "decode_killed"])
