@@ -38,7 +38,7 @@ from pdbench.driver.preflight import run_preflight_alone
 from pdbench.driver.report_table import print_run_table
 from pdbench.driver.run_dir import RunDir
 from pdbench.driver.serve import serve, serve_problem
-from pdbench.driver.status import print_status
+from pdbench.driver.status import print_status, stop_leftovers
 from pdbench.driver.transfer_bench import run_transfer_bench
 from pdbench.plan.deployments import make_plan
 from pdbench.plan.shared_starts import dry_run_line, later_jobs
@@ -180,11 +180,12 @@ def _recent_runs(root: Path = Path("results"), n: int = 3) -> list[str]:
 
 
 def _status_problems(job: list[str], cfg: RunConfig) -> list[str]:
-    """``status`` reads a run directory: it must be named, and be one."""
+    """``status`` and ``stop`` read a run directory: it must be named, and be one."""
     runs = _recent_runs()
     recent = f" Recent runs: {', '.join(runs)}" if runs else ""
+    verb = cfg.command.value
     if not any(o.startswith("dir=") for o in job):
-        return [f"status needs the run directory: status dir=RESULTS_DIR.{recent}"]
+        return [f"{verb} needs the run directory: {verb} dir=RESULTS_DIR.{recent}"]
     if not (Path(cfg.dir).expanduser() / "manifest.json").is_file():
         return [
             f"dir={cfg.dir}: no manifest.json there: not a pdbench run directory. "
@@ -241,7 +242,7 @@ def precheck(inv: Invocation) -> Jobs:
             problems.append(label + "\n".join([text, *fixes[:1]]))
             continue
         typed.append(Job(job, cfg))
-        if cfg.command is Command.status:
+        if cfg.command in (Command.status, Command.stop):
             problems += _status_problems(job, cfg)
             continue
         found = given_problems(job, cfg) + validate(cfg)
@@ -323,6 +324,10 @@ def _status(cfg: RunConfig, origin: LaunchOrigin) -> None:
     print_status(cfg.dir)
 
 
+def _stop(cfg: RunConfig, origin: LaunchOrigin) -> None:
+    stop_leftovers(cfg.dir)
+
+
 def _transfer_bench(cfg: RunConfig, origin: LaunchOrigin) -> None:
     run_transfer_bench(cfg)
 
@@ -342,6 +347,7 @@ COMMANDS: dict[Command, Callable[[RunConfig, LaunchOrigin], None]] = {
     Command.transfer_bench: _transfer_bench,
     Command.preflight: _preflight,
     Command.serve: _serve,
+    Command.stop: _stop,
 }
 
 

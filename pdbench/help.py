@@ -16,6 +16,7 @@ from pdbench.config.tree import CONF_DIR, default_choices, groups, summary
 COMMANDS = (
     ("run", "compose, validate, launch and follow the benchmark (the default)"),
     ("status dir=DIR", "a run's jobs and their states, Points ok/failed/corrupt/pending, logs"),
+    ("stop dir=DIR", "end the run's servers and routers still alive on this machine"),
     ("check", "compose and validate only; exit 0 when the command line would launch"),
     ("transfer_bench", "the KV-shaped NIXL transfer bench (or +experiment=transfer_bench)"),
     ("preflight", "the checks every job runs first on its nodes, alone (starts no server)"),

@@ -86,6 +86,7 @@ class Command(Enum):
     transfer_bench = "transfer_bench"  # KV-shaped NIXL transfer bench (no vLLM)
     preflight = "preflight"  # the node checks every job runs first, alone (starts no server)
     serve = "serve"  # start one deployment and serve any client until stopped (no Point)
+    stop = "stop"  # end every process of a run dir still alive on this machine
 
 
 class TrackingBackend(Enum):

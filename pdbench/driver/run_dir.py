@@ -17,6 +17,7 @@ from typing import Any
 from pdbench.config.problems import ConfigError, ConfigProblem
 from pdbench.config.schema import OnFailure, RunConfig
 from pdbench.driver import provenance
+from pdbench.driver.leftovers import run_processes
 from pdbench.driver.progress import JobOutcome
 from pdbench.plan.deployments import Deployment, Plan
 from pdbench.results.jsonable import to_jsonable
@@ -105,6 +106,24 @@ def claim_dir(store: RunStore) -> None:
                     "dir start servers on the same ports and write the same records",
                     "wait for it to end (python -m pdbench status dir=...), or give this "
                     "launch its own dir=",
+                )
+            ]
+        )
+
+
+def check_no_leftovers(store: RunStore) -> None:
+    """Once the dir is this launch's, any process of the run alive here was left behind by
+    an earlier one and holds ports this launch would start servers on."""
+    found = run_processes(store.root)
+    if found:
+        raise ConfigError(
+            [
+                ConfigProblem(
+                    "dir",
+                    str(store.root),
+                    f"{len(found)} process(es) of an earlier launch into this dir are still "
+                    f"alive and hold its ports: {'; '.join(p.describe() for p in found)}",
+                    f"python -m pdbench stop dir={store.root}, then launch again",
                 )
             ]
         )
@@ -206,6 +225,7 @@ class RunDir:
         if claim:
             check_environment(cfg)  # the nodes run this driver's interpreter and vLLM
             claim_dir(store)
+            check_no_leftovers(store)
         return cls(cfg, config, plan, store, point_states(plan, store))
 
     @property

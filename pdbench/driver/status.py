@@ -9,6 +9,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
+from pdbench.driver.leftovers import run_processes, stop_processes
 from pdbench.driver.serve import serving_lines
 from pdbench.results.manifest import history_lines
 from pdbench.results.store import CorruptRecord, RunStore
@@ -110,6 +111,43 @@ def count_points(store: RunStore, point_ids: list[str]) -> tuple[dict[str, int],
     return counts, notes
 
 
+def leftover_lines(store: RunStore) -> list[str]:
+    """The run's processes alive on this machine: a live launch's servers, or left behind."""
+    found = run_processes(store.root)
+    if not found:
+        return []
+    holder = store.held_by()
+    head = (
+        f"  processes of the launch that follows this dir ({holder}):"
+        if holder
+        else f"  left behind, holding their ports (end them: python -m pdbench stop "
+        f"dir={store.root}):"
+    )
+    return [head, *(f"    {p.describe()}" for p in found)]
+
+
+def stop_leftovers(run_dir: str) -> None:
+    """``python -m pdbench stop``: end the run's processes on this machine, unless a launch
+    still follows the dir (stopping that launch stops its jobs and their servers)."""
+    store = RunStore(run_dir)
+    holder = store.held_by()
+    if holder is not None:
+        raise SystemExit(
+            f"dir={run_dir}: a launch follows this dir ({holder}). Fix: stop that launch "
+            "(Ctrl-C, or kill its pid): it stops its jobs and their servers"
+        )
+    found = run_processes(store.root)
+    if not found:
+        print(f"[pdbench] nothing of {store.root} is alive on this machine")
+        return
+    for p in found:
+        print(f"[pdbench] stopping {p.describe()}", flush=True)
+    left = stop_processes(found)
+    if left:
+        raise SystemExit(f"[pdbench] still alive (not this user's to signal?): pids {left}")
+    print(f"[pdbench] {len(found)} process(es) of {store.root} stopped")
+
+
 def print_status(run_dir: str) -> None:
     store = RunStore(run_dir)
     if not store.manifest_path.exists():
@@ -124,6 +162,8 @@ def print_status(run_dir: str) -> None:
         return
     print(f"run {manifest.get('name')} in {store.root}")
     print("\n".join(history_lines(manifest)))
+    for line in leftover_lines(store):
+        print(line)
     for line in serving_lines(store.root):
         print(line)
     for job in manifest.get("jobs", []):

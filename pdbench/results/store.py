@@ -330,6 +330,20 @@ class RunStore:
             finally:
                 fcntl.flock(lock, fcntl.LOCK_UN)
 
+    def held_by(self) -> str | None:
+        """Who holds the dir's launch lock now (None: nobody), without taking it."""
+        path = self.root / ".launch.lock"
+        if not path.exists():
+            return None
+        with open(path, "a+") as lock:
+            try:
+                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                lock.seek(0)
+                return lock.read().strip() or "another process"
+            fcntl.flock(lock, fcntl.LOCK_UN)
+        return None
+
     def claim(self) -> str | None:
         """Hold the dir's launch lock until this process ends; None once held, else who holds
         it. Two launches following jobs into one dir at once would start servers on the same

@@ -76,7 +76,7 @@ def test_every_value_of_a_sweep_is_checked():
 
 
 def test_enum_values_are_checked_by_name():
-    commands = "run, status, transfer_bench, preflight, serve"
+    commands = "run, status, transfer_bench, preflight, serve, stop"
     assert f"'bogus' is not one of {commands};" in refused("command=bogus")
     assert "did you mean slurm?" in refused("cluster.executor=slrm")
 
