@@ -23,7 +23,8 @@ from vllm.v1.engine.core import EngineCoreProc
 
 from connector import engine_idle
 from connector.kv_params_service import ParamsBoard, ParamsServer, parse_addr
-from connector.process_env import KV_PARAMS_ADDR_ENV
+from connector.parent_death import die_with_parent
+from connector.process_env import KV_PARAMS_ADDR_ENV, RUN_DIR_ENV
 from connector.request_timing import RequestTimingMixin
 
 # vLLM's NixlConnector with pdbench's per-transfer tracing (inactive unless a trace dir is set).
@@ -54,6 +55,13 @@ def wait_engine_when_idle(on_cpu: bool) -> None:
     logger.info("pdbench: %s", engine_idle.describe(wait_ms if installed else None))
 
 
+def follow_the_api_server() -> None:
+    """In a server pdbench started (``RUN_DIR_ENV`` set), the engine core dies with its API
+    server: killed alone, the API server would leave it holding the server's socket."""
+    if os.environ.get(RUN_DIR_ENV) and die_with_parent(os.getppid()):
+        logger.info("pdbench: this engine core ends with its API server (pid %d)", os.getppid())
+
+
 class NixlConnector(RequestTimingMixin, _VllmNixlConnector):
     """vLLM's NixlConnector that also serves finished requests' KV-transfer params and
     times every request (``connector.request_timing``)."""
@@ -66,6 +74,7 @@ class NixlConnector(RequestTimingMixin, _VllmNixlConnector):
             self.params_service = start_params_service(addr)
         if self.connector_scheduler is not None:  # in the engine-core process
             wait_engine_when_idle(vllm_config.device_config.device_type == "cpu")
+            follow_the_api_server()
 
     def request_finished(self, request, block_ids):
         delay, params = super().request_finished(request, block_ids)

@@ -148,6 +148,8 @@ class LoadGenerator:
         self.burstiness = burstiness
         self.seed = seed
         self.rng = random.Random(seed)
+        # every answered turn as it ends: what a load cut short (a server died) still has
+        self.finished: list[RequestRecord] = []
 
     @property
     def chat(self) -> bool:
@@ -215,6 +217,7 @@ class LoadGenerator:
                     async with gate:
                         rec = await self._turn(session, spec, turn, histories, t0)
                     wave.append(rec)
+                    self.finished.append(rec)
                     if rec.status != "ok":
                         alive.discard(spec.conversation)  # its history is unknown from here
                     if progress:
@@ -258,6 +261,7 @@ class LoadGenerator:
                 rec = await self._turn(session, spec, slot.turn, histories, t0)
                 rec.offered_s = slot.at_s
                 records.append(rec)
+                self.finished.append(rec)
                 if progress:
                     progress(1)
                 if rec.status != "ok":

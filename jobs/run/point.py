@@ -82,7 +82,7 @@ def measure_point(
     pd = [i for i in ran.instances if i.role != "mixed"]
     logs = LogWindow([i.log_path for i in pd])
     try:
-        records, per_turn, totals, duration, result.router, waves, kv = run_client(
+        records, per_turn, totals, duration, result.router, waves, kv, stopped = run_client(
             drive(serving, point, label, lambda: [p.name for p in task.dead()])
         )
         split_ttft(ran, records, per_turn, waves)
@@ -97,8 +97,9 @@ def measure_point(
         if failed:
             first = next(r for r in records if r.status != "ok")
             result.error = f"{failed} of {len(records)} requests failed; first: {first.error}"
-    except ServerDied as exc:  # named with its log tail below
-        result.error = str(exc)
+        if stopped:  # a server died: the turns answered are kept, the rest were cut
+            result.status = PointStatus.failed
+            result.error = "; ".join(x for x in (stopped, result.error) if x)
     except Exception as exc:  # the Point fails, the record says why
         result.error = f"{type(exc).__name__}: {exc}\n{traceback.format_exc(limit=5)}"
     stretch = logs.read()  # this Point's part of the P/D logs, read once
@@ -149,6 +150,9 @@ def offered(point: Point, records: list[RequestRecord]) -> dict:
 
 T = TypeVar("T")
 DEAD_POLL_S = 1.0  # how often a Point's load looks for a dead server
+# after a death, how long turns in flight on the live servers may take to end by themselves
+# (those on the dead one would wait out their timeout) before the load is cut
+DEAD_GRACE_S = 5.0
 
 
 class ServerDied(RuntimeError):
@@ -156,9 +160,10 @@ class ServerDied(RuntimeError):
 
 
 async def until_a_server_dies(work: Awaitable[T], dead: Callable[[], list[str]]) -> T:
-    """``work``'s result; cancelled, and ``ServerDied`` naming the servers, as soon as
-    ``dead`` names any (a killed API server whose engine core still holds its socket would
-    leave the load's requests waiting for their timeout)."""
+    """``work``'s result; once ``dead`` names a server, ``DEAD_GRACE_S`` more for it to end
+    by itself (turns on the live servers finish, those of the dead one fail), then cancelled
+    and ``ServerDied`` naming the servers (a killed API server whose engine core still holds
+    its socket would leave requests waiting for their timeout)."""
     running = asyncio.ensure_future(work)
     while True:
         done, _ = await asyncio.wait({running}, timeout=DEAD_POLL_S)
@@ -166,6 +171,9 @@ async def until_a_server_dies(work: Awaitable[T], dead: Callable[[], list[str]])
             return running.result()
         names = dead()
         if names:
+            done, _ = await asyncio.wait({running}, timeout=DEAD_GRACE_S)
+            if done:
+                return running.result()
             running.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await running
@@ -283,15 +291,19 @@ async def drive(serving: Serving, point: Point, label: str, dead: Callable[[], l
         decode = [i.name for i in dep.by_role("decode")]
         kv = await kv_sampler.start(session, urls, dep.flow.kv_sample_period_s, decode, tail_s)
         t0 = time.perf_counter()
+        stopped = ""
         try:
             records = await until_a_server_dies(gen.run(specs, on_wave_done=on_wave_done), dead)
-        except ServerDied:
-            if kv is not None:
-                await kv.cancel()
-            raise
+        except ServerDied as died:  # the turns answered so far are kept
+            records, stopped = (
+                sorted(gen.finished, key=lambda r: (r.turn, r.conversation)),
+                str(died),
+            )
         if kv is not None:
-            await kv.stop()
+            await (kv.cancel() if stopped else kv.stop())  # a dead port is not asked again
         duration = time.perf_counter() - t0
-        async with session.get(f"{router_url}/pdbench/stats") as r:
-            router_stats = await r.json()
-    return records, per_turn, totals, duration, router_stats, waves, kv
+        router_stats: dict = {}
+        if not stopped:
+            async with session.get(f"{router_url}/pdbench/stats") as r:
+                router_stats = await r.json()
+    return records, per_turn, totals, duration, router_stats, waves, kv, stopped

@@ -5,15 +5,16 @@ signalled), writes its output to a log file, waits for ``/health`` while checkin
 process is alive, and on exit sends SIGTERM to the group, then SIGKILL after a grace period.
 
 Nothing outlives the task that started it, however the task ends: each server is started
-with a parent-death signal (Linux ``PR_SET_PDEATHSIG``: SIGTERM when the task dies, even by
-SIGKILL, so vLLM stops its engine core as on any SIGTERM), and the stop signals the group
-by the leader's pid (a session leader's pid is its group's id), so an engine core whose API
-server was killed alone, still in the group, dies with the deployment.
+with a parent-death signal (``connector.parent_death``: SIGKILL when the task dies, even by
+SIGKILL; a vLLM engine core asks for its own, so it follows its API server), and the stop
+signals the group by the leader's pid (a session leader's pid is its group's id), so an
+engine core whose API server was killed alone, still in the group, dies with the
+deployment. SIGKILL, not SIGTERM: with the task gone nothing needs a graceful end, and
+vLLM's and aiohttp's graceful shutdowns outlasted 15 s on a loaded host.
 """
 
 from __future__ import annotations
 
-import ctypes
 import os
 import signal
 import subprocess
@@ -22,6 +23,8 @@ import urllib.error
 import urllib.request
 from collections.abc import Callable
 from pathlib import Path
+
+from connector.parent_death import die_with_parent
 
 
 class ServerStartError(RuntimeError):
@@ -185,25 +188,9 @@ def wait_all_ready(
         time.sleep(poll_s)
 
 
-PR_SET_PDEATHSIG = 1  # linux/prctl.h
-
-
-def die_with_parent(parent: int, sig: signal.Signals = signal.SIGTERM) -> bool:
-    """Ask the kernel to send ``sig`` to this process when its parent dies (Linux; False
-    elsewhere); exit at once if ``parent`` is already gone (it died before the ask)."""
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        done = libc.prctl(PR_SET_PDEATHSIG, int(sig), 0, 0, 0) == 0
-    except (OSError, AttributeError):
-        return False
-    if os.getppid() != parent:
-        os._exit(1)
-    return done
-
-
 def _in_child(cpus: list[int] | None, parent: int) -> None:
-    """Set up the server's process before it starts: it dies with the task (SIGTERM when
-    its parent dies: ``die_with_parent``); SLURM sends its time-limit warning
+    """Set up the server's process before it starts: it dies with the task
+    (``die_with_parent``); SLURM sends its time-limit warning
     (``--signal=USR2@...``) to every process of the job step, servers included, and they must
     stay up while the job checkpoints and stops them; pin it to ``cpus`` (its children
     inherit them), those of them the task may use, and say so in its log when that leaves

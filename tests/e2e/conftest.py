@@ -161,6 +161,17 @@ def _leave_no_processes(tmp_path: Path):
     kill_processes_under(tmp_path)
 
 
+def run_analysis(run_dir: Path, timeout_s: float = 600) -> subprocess.CompletedProcess:
+    """``python -m analysis <run_dir>``, its output captured."""
+    return subprocess.run(
+        [sys.executable, "-m", "analysis", str(run_dir)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=timeout_s,
+    )
+
+
 def load_points(run_dir: Path, repetition: int = 0) -> dict[str, dict]:
     """One repetition's Point records by flow (its flows share the same conversations)."""
     records = [json.loads(p.read_text()) for p in sorted((run_dir / "points").glob("*.json"))]

@@ -257,17 +257,17 @@ def resumed_to_the_end(run_dir: Path, last: CompletedProcess, run: Faulted) -> N
 def test_an_api_server_killed_alone_fails_its_point_at_once_and_its_engine_core_goes(
     fault_chain,
 ):
-    """Its engine core keeps the port's socket, so requests there hang rather than fail:
-    the task sees the API server's death (DEAD_POLL_S) and stops the Point, naming it; the
-    deployment's stop ends the engine core (the group). The bound is functional: well
-    under the 30 s request timeout the load would otherwise wait out."""
+    """Its engine core would keep the port's socket, and requests there would hang to their
+    timeout: it follows its API server (its own parent-death signal), the requests fail at
+    once, the task names the dead server (DEAD_POLL_S; a load still hanging is cut after
+    DEAD_GRACE_S). The bound is functional: well under the 30 s request timeout the load
+    would otherwise wait out."""
     run_dir, faulted, last = fault_chain
     run = faulted["decode_api_killed"]
     assert run.returncode != 0, run.output[-2000:]
     failed = [r for r in run.records.values() if r["status"] == "failed"]
     (failed,) = [r for r in failed if r["started_at"] >= run.started]
     assert failed["error"].startswith("server(s) died during the point: ['decode0 (node 0)']")
-    assert "the load stopped: decode0 (node 0) died" in failed["error"]
     assert failed["finished_at"] - run.fault_at < 20, failed["finished_at"] - run.fault_at
     assert run.servers_left == [] and run.torn == []
     resumed_to_the_end(run_dir, last, run)

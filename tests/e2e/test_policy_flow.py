@@ -10,7 +10,13 @@ import pytest
 
 from pdbench.results import policy_file
 from pdbench.results.policy_file import PolicyTarget
-from tests.e2e.conftest import NO_PREFLIGHT, outputs_by_turn, request_records, run_pdbench
+from tests.e2e.conftest import (
+    NO_PREFLIGHT,
+    outputs_by_turn,
+    request_records,
+    run_analysis,
+    run_pdbench,
+)
 from tests.unit.helpers import planted_policy_for
 
 pytestmark = pytest.mark.e2e
@@ -101,10 +107,6 @@ def test_policy_check_pipeline_measures_every_rule_and_answers_with_verdicts(tmp
     the policy pulls some turns and recomputes others as its rule says, the static rules
     hold their threshold whatever the load, every flow gives agg's tokens, and the analysis
     answers policy vs the best static rule per load with the flows' pulled shares."""
-    import subprocess
-    import sys
-
-    from tests.e2e.conftest import REPO
 
     path = policy_file.write(tmp_path / "policy.json", planted_policy("cpu_llama", 19.2))
     run_dir = tmp_path / "run"
@@ -140,13 +142,7 @@ def test_policy_check_pipeline_measures_every_rule_and_answers_with_verdicts(tmp
     assert static and all(
         x["decision"]["pull"] == (x["decision"]["history_tokens"] >= 128) for x in static
     )
-    analysed = subprocess.run(
-        [sys.executable, "-m", "analysis", str(run_dir)],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+    analysed = run_analysis(run_dir)
     assert analysed.returncode == 0, analysed.stdout[-3000:] + analysed.stderr[-3000:]
     out = analysed.stdout
     assert "the policy vs the best static rule" in out

@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import subprocess
-import sys
 
 import pytest
 
@@ -18,7 +16,13 @@ from pdbench.config.schema import TraceConfig
 from pdbench.traffic import examples
 from pdbench.traffic.replay import plan_replay
 from pdbench.traffic.trace import TraceFormat, prompt_lengths
-from tests.e2e.conftest import NO_PREFLIGHT, REPO, all_points, request_records, run_pdbench
+from tests.e2e.conftest import (
+    NO_PREFLIGHT,
+    all_points,
+    request_records,
+    run_analysis,
+    run_pdbench,
+)
 
 pytestmark = pytest.mark.e2e
 
@@ -45,21 +49,26 @@ def by_flow(run_dir) -> dict[tuple[str, int], dict]:
     return {(p["flow"], p["workload"].get("repetition", p.get("repetition", 0))): p for p in points}
 
 
-def test_a_mooncake_trace_replays_its_conversations_in_every_flow(tmp_path):
-    shape = examples.ExampleShape(conversations=10, turns_max=4, span_s=60.0)
-    path = examples.write_example(TraceFormat.mooncake, tmp_path / "chat.jsonl", shape, 1)
+def replayed(tmp_path, fmt: TraceFormat, name: str, shape, seed: int, *more: str):
+    """An example trace of ``fmt`` written and replayed: its path, the run dir, the run."""
+    path = examples.write_example(fmt, tmp_path / name, shape, seed)
     run_dir = tmp_path / "run"
-    proc = run_pdbench(
-        replay_args(
-            run_dir,
-            path,
-            "flow.flows=[agg,recompute,pull]",
-            f"workload.trace.length_scale={SCALE}",
-            f"workload.trace.speedup={SPEEDUP}",
-        ),
-        1500,
-    )
+    proc = run_pdbench(replay_args(run_dir, path, *more), 1500)
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
+    return path, run_dir, proc
+
+
+def test_a_mooncake_trace_replays_its_conversations_in_every_flow(tmp_path):
+    path, run_dir, proc = replayed(
+        tmp_path,
+        TraceFormat.mooncake,
+        "chat.jsonl",
+        examples.ExampleShape(conversations=10, turns_max=4, span_s=60.0),
+        1,
+        "flow.flows=[agg,recompute,pull]",
+        f"workload.trace.length_scale={SCALE}",
+        f"workload.trace.speedup={SPEEDUP}",
+    )
     assert "[pdbench] trace " in proc.stdout and "replayed" in proc.stdout  # its shape
 
     plan = plan_replay(
@@ -101,13 +110,7 @@ def test_a_mooncake_trace_replays_its_conversations_in_every_flow(tmp_path):
     assert traffic["replayed"]["requests"] == len(planned)
     assert traffic["recorded"]["prompt_max"] > 64 * traffic["replayed"]["prompt_max"] // 2
 
-    analysis = subprocess.run(
-        [sys.executable, "-m", "analysis", str(run_dir)],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+    analysis = run_analysis(run_dir)
     assert analysis.returncode == 0, analysis.stderr[-3000:]
     # the replay's answer first (after any flags a reader must not miss)
     answers = [x for x in analysis.stdout.splitlines() if x.startswith("tiny_llama")]
@@ -119,20 +122,16 @@ def test_a_mooncake_trace_replays_its_conversations_in_every_flow(tmp_path):
 
 
 def test_an_openai_conversation_file_replays_as_chat_in_a_closed_loop(tmp_path):
-    shape = examples.ExampleShape(conversations=6, turns_max=3)
-    path = examples.write_example(TraceFormat.openai, tmp_path / "conv.json", shape, 2)
-    run_dir = tmp_path / "run"
-    proc = run_pdbench(
-        replay_args(
-            run_dir,
-            path,
-            "flow.flows=[recompute,pull]",
-            "workload.api=chat",
-            "workload.concurrency=3",
-        ),
-        1500,
+    path, run_dir, _ = replayed(
+        tmp_path,
+        TraceFormat.openai,
+        "conv.json",
+        examples.ExampleShape(conversations=6, turns_max=3),
+        2,
+        "flow.flows=[agg,recompute,pull]",
+        "workload.api=chat",
+        "workload.concurrency=3",
     )
-    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
     conversations = json.loads(path.read_text())
     turns = {
         (c, t)
@@ -146,12 +145,11 @@ def test_an_openai_conversation_file_replays_as_chat_in_a_closed_loop(tmp_path):
                 (r["conversation"], r["turn"]): r
                 for r in request_records(run_dir, points[(f, rep)])
             }
-            for f in ("recompute", "pull")
+            for f in ("agg", "recompute", "pull")
         }
-        assert set(got["pull"]) == set(got["recompute"]) == turns
-        assert {k: r["output_token_ids"] for k, r in got["pull"].items()} == {
-            k: r["output_token_ids"] for k, r in got["recompute"].items()
-        }
+        tokens = {f: {k: r["output_token_ids"] for k, r in rs.items()} for f, rs in got.items()}
+        assert set(tokens["agg"]) == turns
+        assert tokens["pull"] == tokens["recompute"] == tokens["agg"]  # token-exact
         # each reply as long as the file's assistant message (words: the tiny tokenizer's)
         for (c, t), r in got["pull"].items():
             replies = [m for m in conversations[c]["messages"] if m["role"] == "assistant"]

@@ -44,7 +44,12 @@ PLUGIN = {
     "connector.engine_start",
     "connector.kv_params_service",
 }
-CONNECTOR_SHARED = {"connector.layout", "connector.shared_files", "connector.process_env"}
+CONNECTOR_SHARED = {
+    "connector.layout",
+    "connector.shared_files",
+    "connector.process_env",
+    "connector.parent_death",
+}
 
 
 @dataclass(frozen=True)

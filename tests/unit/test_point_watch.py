@@ -1,6 +1,7 @@
-"""A Point's load stops as soon as a server of its deployment dies, not at its requests'
+"""A Point's load stops soon after a server of its deployment dies, not at its requests'
 timeouts (a killed API server whose engine core still holds its socket leaves requests
-hanging): ``until_a_server_dies`` polls the task's processes while the load runs."""
+hanging): ``until_a_server_dies`` polls the task's processes while the load runs and
+gives the turns in flight a short grace to end by themselves."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ pytestmark = pytest.mark.unit
 
 def test_the_load_is_cancelled_and_the_dead_server_named(monkeypatch):
     monkeypatch.setattr(point, "DEAD_POLL_S", 0.01)
+    monkeypatch.setattr(point, "DEAD_GRACE_S", 0.05)
     polls: list[int] = []
     cancelled = asyncio.Event()
 
@@ -37,6 +39,18 @@ def test_the_load_is_cancelled_and_the_dead_server_named(monkeypatch):
 
     asyncio.run(asyncio.wait_for(go(), 10))
     assert len(polls) == 3
+
+
+def test_turns_still_in_flight_may_end_within_the_grace(monkeypatch):
+    """P died while turns decode on D: they end within the grace, and the load with them."""
+    monkeypatch.setattr(point, "DEAD_POLL_S", 0.01)
+    monkeypatch.setattr(point, "DEAD_GRACE_S", 5.0)
+
+    async def load():
+        await asyncio.sleep(0.1)
+        return ["turn 1 answered"]
+
+    assert asyncio.run(until_a_server_dies(load(), lambda: ["prefill0"])) == ["turn 1 answered"]
 
 
 def test_a_load_that_ends_returns_its_result_and_its_error():
