@@ -25,6 +25,7 @@ from pathlib import Path
 
 from analysis.pipeline import run_analysis
 from analysis.wandb_report import log_to_wandb
+from pdbench.results.store import RUN_FOLDERS
 
 CORRUPT = 3
 
@@ -86,13 +87,52 @@ def out_dir_problem(out: Path, given: bool) -> str:
     return ""
 
 
+def inside_records(out: Path) -> str:
+    """Why ``out`` lies among a run's records ('' when it does not): the run dir itself,
+    or a folder the run writes (``RUN_FOLDERS``), where its outputs would be read back."""
+    where = out.expanduser().resolve()
+    for run in (where, *where.parents):
+        if (run / "manifest.json").is_file():
+            inner = where.relative_to(run).parts
+            if not inner:
+                return f"is the run dir {run} itself"
+            if inner[0] in RUN_FOLDERS:
+                return f"is inside the records of the run {run} ({inner[0]}/)"
+            return ""
+    return ""
+
+
+def distinct_runs(run_dirs: list[str]) -> tuple[list[str], list[str]]:
+    """The run dirs in order, each once (by its resolved path), and those given again."""
+    seen: dict[Path, str] = {}
+    again = []
+    for d in run_dirs:
+        key = Path(d).expanduser().resolve()
+        if key in seen:
+            again.append(d)
+        else:
+            seen[key] = d
+    return list(seen.values()), again
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     missing = [d for d in args.run_dirs if not Path(d).is_dir()]
     if missing:
         print(f"error: not a directory: {', '.join(missing)}", file=sys.stderr)
         return 2
+    args.run_dirs, again = distinct_runs(args.run_dirs)
+    if again:
+        print(f"note: given more than once, read once: {', '.join(again)}", file=sys.stderr)
     out_dir = args.out or Path(args.run_dirs[0]) / "analysis"
+    inside = inside_records(out_dir) if args.out is not None else ""
+    if inside:
+        print(
+            f"error: --out {out_dir}: {inside}: the outputs would be read back as records. "
+            f"Fix: --out <RUN>/analysis (the default), or a folder outside the run",
+            file=sys.stderr,
+        )
+        return 2
     problem = out_dir_problem(out_dir, given=args.out is not None)
     if problem:
         print(f"error: {problem}", file=sys.stderr)

@@ -252,6 +252,27 @@ def read_record(path: Path) -> dict[str, Any]:
     return record
 
 
+# What a run writes under its dir (besides manifest.json): where nothing else may write
+# (``python -m analysis --out`` is refused there: its files would be read back as records)
+RUN_FOLDERS = frozenset(
+    {
+        "points",
+        "requests",
+        "logs",
+        "launch",
+        "traces",
+        "timing",
+        "warmup",
+        "search",
+        "serve",
+        "submitit",
+        "rendezvous",
+        "transfer_bench",
+        "preflight",
+    }
+)
+
+
 class RunStore:
     """Reads and writes one run directory."""
 

@@ -291,3 +291,25 @@ def test_the_shared_plot_helpers():
     assert not plotkit.symlog_y(bx, [-9.0, 12.0, 100.0], near=17.0)  # 100 < 20 x 17
     assert plotkit.symlog_y(bx, [-9.0, 12.0, 900.0], near=17.0) and bx.get_yscale() == "symlog"
     plt.close(fig)
+
+
+def test_out_among_the_records_is_refused_and_a_run_given_twice_is_read_once(tmp_path, capsys):
+    """``--out D/points`` would put the summary among the Point records (every later
+    analysis then finds a corrupt record); ``analysis D D`` would count every Point twice."""
+    run = write_synthetic_run(tmp_path / "run", histories=(0,), flows=("recompute", "pull"))
+    for out, said in (
+        (run / "points", f"is inside the records of the run {run.resolve()} (points/)"),
+        (run / "requests" / "x", "(requests/)"),
+        (run, f"is the run dir {run.resolve()} itself"),
+    ):
+        assert main([str(run), "--out", str(out)]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith(f"error: --out {out}: ") and said in err, err
+        assert "Fix: --out <RUN>/analysis" in err
+    assert not (run / "points" / "summary.json").exists()
+    assert main([str(run), "-q"]) == 0
+    once = capsys.readouterr().out.splitlines()[0]
+    assert main([str(run), f"{run}/", "-q", "--out", str(run / "analysis-2")]) == 0
+    captured = capsys.readouterr()
+    assert captured.out.splitlines()[0] == once  # the same Points, counted once
+    assert "note: given more than once, read once:" in captured.err
