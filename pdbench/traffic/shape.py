@@ -7,15 +7,8 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass
 
+from connector.bench_record import quantile  # the bench records' own, not a third
 from pdbench.traffic.trace import Trace, context_needed, prompt_lengths
-
-
-def rank_quantile(values: list[float], q: float) -> float:
-    """The nearest-rank ``q`` quantile (nan for no values)."""
-    if not values:
-        return math.nan
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, max(0, math.ceil(q * len(ordered)) - 1))]
 
 
 @dataclass(frozen=True)
@@ -65,16 +58,16 @@ def shape_of(trace: Trace) -> TraceShape:
         branches=sum(bool(c.branch_of) for c in trace.conversations),
         turns_mean=sum(turns) / len(turns) if turns else 0.0,
         turns_max=max(turns, default=0),
-        prompt_p50=rank_quantile(prompts, 0.5),
-        prompt_p90=rank_quantile(prompts, 0.9),
+        prompt_p50=quantile(prompts, 0.5),
+        prompt_p90=quantile(prompts, 0.9),
         prompt_max=int(max(prompts, default=0)),
-        output_p50=rank_quantile(outputs, 0.5),
+        output_p50=quantile(outputs, 0.5),
         history_share=history / total if total else 0.0,
         context_max=max((context_needed(c) for c in trace.conversations), default=0),
         duration_s=duration,
         offered_per_s=trace.requests / duration if duration and duration > 0 else math.nan,
-        gap_p50_s=rank_quantile(gaps, 0.5) if trace.timed else math.nan,
-        gap_p90_s=rank_quantile(gaps, 0.9) if trace.timed else math.nan,
+        gap_p50_s=quantile(gaps, 0.5) if trace.timed else math.nan,
+        gap_p90_s=quantile(gaps, 0.9) if trace.timed else math.nan,
     )
 
 
