@@ -10,7 +10,7 @@ block size (with its interval, rounded the same way); the shortest measured leng
 pull was faster at every one; none when recompute was. Otherwise "not determined".
 
 Loads: where a deployment's Points ran at more than one concurrency (``workload.
-concurrencies``), the crossover, its A/A control, the threshold and the prediction from
+concurrency=[...]``), the crossover, its A/A control, the threshold and the prediction from
 P's spent costs (``spent_cost``) are computed per load (``LoadAnalysis``), never pooled;
 the deployment's own ``measured`` then holds every load's cells but no crossover.
 """

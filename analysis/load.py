@@ -198,7 +198,7 @@ def shape_kinds(rows: list[dict[str, Any]]) -> None:
     """Name the workload shape in ``kind`` where one (deployment, kind, history length) holds
     Points of several (in place): requests must pair within a shape, never across.
 
-    ``workload.conversation_counts`` and ``concurrencies`` make Points that differ only in
+    ``workload.conversations`` and ``concurrency`` (several values) make Points that differ only in
     their load, named ``<kind> <N> conv x<C>``; jobs of a ``-m`` sweep that share a run dir
     and its servers (``workload.api=completions,chat``) make Points that differ in another
     workload field, named ``<kind> api=chat`` (each field that differs, ``key=value``; one

@@ -49,7 +49,9 @@ class TransferBenchConfig:
     # NIXL merges descriptors adjacent on both sides (the pieces of one cut block are): false
     # posts every descriptor as built (make_prepped_xfer's skip_desc_merge).
     merge_descriptors: bool = True
-    ucx_tls: list[str] = field(default_factory=list)  # UCX_TLS variants; []: transport.ucx_tls
+    # UCX_TLS variants, each measured ("": UCX's own choice); a run config's default is its
+    # transport's (conf/config.yaml: [${transport.ucx_tls}])
+    ucx_tls: list[str] = field(default_factory=lambda: [""])
     memory: MemoryKind = MemoryKind.DRAM
     block_order: BlockOrder = BlockOrder.scattered
     # NIXL's progress thread spins one core per agent (vLLM runs with it). Off, the initiator

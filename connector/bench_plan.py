@@ -209,7 +209,7 @@ def bench_problems(bench: TransferBenchConfig, shape: KVShape) -> list[BenchProb
     """Every setting of ``bench`` the sweep cannot run with this KV shape (pure)."""
     out: list[BenchProblem] = []
     splits = _splits(bench, shape, out)
-    for name in ("tokens", "layouts", "tp_splits", "ops", "descs_per_block"):
+    for name in ("tokens", "layouts", "tp_splits", "ops", "descs_per_block", "ucx_tls"):
         if not getattr(bench, name):
             out.append(BenchProblem(f"bench.{name}", [], "is empty", "give at least one value"))
     for t in bench.tokens:
@@ -240,7 +240,6 @@ def plan_bench(
     dtype: str,
     shape: KVShape,
     backends: list[str],
-    default_ucx_tls: str = "",
     expected_gb_s: float = 0.0,
     env: dict[str, str] | None = None,
 ) -> BenchSpec:
@@ -250,7 +249,7 @@ def plan_bench(
     if problems:
         raise ValueError("transfer bench config:\n  " + "\n  ".join(map(str, problems)))
     splits = [TPSplit.parse(text) for text in bench.tp_splits]
-    variants = list(dict.fromkeys(bench.ucx_tls or [default_ucx_tls]))
+    variants = list(dict.fromkeys(bench.ucx_tls))
     cases: list[BenchCase] = []
     axes = itertools.product(
         variants, bench.ops, bench.layouts, splits, bench.descs_per_block, bench.tokens

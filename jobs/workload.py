@@ -30,6 +30,7 @@ from jobs.request_stream import RequestOptions, stream_one
 from pdbench.config.schema import WorkloadConfig, WorkloadKind
 from pdbench.plan.arrivals import OPEN, Slot, schedule
 from pdbench.plan.lengths import draw_history, draw_length
+from pdbench.plan.points import only
 from pdbench.results.store import RequestRecord
 
 T = TypeVar("T")
@@ -79,7 +80,7 @@ def build_conversations(
     document = tokens(history_tokens) if wl.kind is WorkloadKind.long_doc else None
     common = tokens(wl.common_prefix_tokens)
     specs = []
-    for c in range(wl.conversations):
+    for c in range(only(wl.conversations, "workload.conversations")):
         turns = lengths.randint(wl.turns, wl.turns_max) if wl.turns_max > wl.turns else wl.turns
         if document is not None:
             own = list(document)

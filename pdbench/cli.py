@@ -17,22 +17,23 @@ import hashlib
 import os
 import re
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from omegaconf.errors import OmegaConfBaseException
 
 from pdbench.config.compose import Composer, compose_job
-from pdbench.config.given import given_problems
 from pdbench.config.overrides import (
     OverrideError,
+    as_lists,
     check_overrides,
     closest,
     combinations,
     schema,
 )
 from pdbench.config.schema import Command, ExecutorKind, RunConfig, register_configs
+from pdbench.config.unread import unread_settings
 from pdbench.driver.launch import Ended, Launched, finish_sweep, launch
 from pdbench.driver.preflight import run_preflight_alone
 from pdbench.driver.report_table import print_run_table
@@ -41,7 +42,7 @@ from pdbench.driver.serve import serve, serve_problem
 from pdbench.driver.status import print_status, stop_leftovers
 from pdbench.driver.transfer_bench import run_transfer_bench
 from pdbench.plan.deployments import make_plan
-from pdbench.plan.shared_starts import dry_run_line, later_jobs
+from pdbench.plan.sweep import Composition, Launch, fold, launch_line, plan_sweep, table
 from pdbench.results.manifest import LaunchOrigin
 from pdbench.validate.rules import ConfigError, validate, warnings
 
@@ -125,6 +126,7 @@ def parse_argv(argv: list[str]) -> Invocation:
     verbs = [o for o in inv.overrides if o.startswith("command=")]
     if len(verbs) > 1:
         inv.errors.append(f"{' '.join(verbs)}: one command at a time")
+    inv.overrides = as_lists(inv.overrides)  # an axis given one value is a list of one
     inv.flags = [w for w in argv if w not in args.overrides and w not in unknown]
     inv.multirun = bool(args.multirun)
     inv.shows_config = bool(args.cfg or args.resolve)
@@ -141,7 +143,7 @@ DETAIL_MARKS = ("full_key:", "reference_type=", "object_type=", "$VALUE")
 # OmegaConf's words for a mistake, and the fix pdbench adds to them.
 FIXES = {
     "is not a ListConfig": "Fix: a list is written in brackets and quoted for the shell: "
-    "'workload.history_tokens=[0,1024]'",
+    "'transport.backends=[UCX]'",
     "could not be converted to": "Fix: a value of the setting's type (--cfg job shows each)",
 }
 
@@ -207,11 +209,14 @@ class Job:
 
 class Jobs(list[Job]):
     """Every job of a command line, typed and validated, in order; ``composer`` composed
-    them and holds what Hydra sets up for jobs that run (their logging)."""
+    them and holds what Hydra sets up for jobs that run (their logging); ``compositions``:
+    the jobs with those differing only in sweep-axis values folded into one
+    (``pdbench.plan.sweep.fold``), validated too."""
 
     def __init__(self) -> None:
         super().__init__()
         self.composer = Composer()
+        self.compositions: list[Composition] = []
 
 
 def precheck(inv: Invocation) -> Jobs:
@@ -245,13 +250,27 @@ def precheck(inv: Invocation) -> Jobs:
         if cfg.command in (Command.status, Command.stop):
             problems += _status_problems(job, cfg)
             continue
-        found = given_problems(job, cfg) + validate(cfg)
+        found = unread_settings(job, cfg) + validate(cfg)
         problems += [label + str(p) for p in found]
         if not found:
             typed[-1].warnings = [label + str(w) for w in warnings(cfg)]
+    if not problems:
+        typed.compositions = fold([job.cfg for job in typed])
+        problems += folded_problems(typed)
     if problems:
         raise UsageError(f"{len(problems)} problem(s) in the config:\n" + "\n".join(problems))
     return typed
+
+
+def folded_problems(jobs: Jobs) -> list[str]:
+    """What validation finds in the compositions a sweep folded (several values of one axis
+    together: a working-set sweep's premises, a search over loads...) that no single job had."""
+    out = []
+    for comp in jobs.compositions:
+        if len(comp.members) > 1:
+            label = f"[{' + '.join(' '.join(jobs[i].overrides) for i in comp.members)}] "
+            out += [label + str(p) for p in validate(comp.cfg)]
+    return out
 
 
 def launch_refusals(jobs: list[Job], origin: LaunchOrigin) -> list[str]:
@@ -298,13 +317,15 @@ def _run(
     cfg: RunConfig,
     origin: LaunchOrigin,
     sweep: list[Launched] | None = None,
-    later: Sequence[RunConfig] = (),
+    planned: Launch | None = None,
 ) -> None:
     """A run: launched, followed, its table printed. In a sweep (``sweep`` collects them)
-    a SLURM run is only submitted (``finish_sweep`` follows them together); ``later``: the
-    sweep's jobs whose Points this run's servers measure too."""
+    a SLURM run is only submitted (``finish_sweep`` follows them together); ``planned``:
+    the sweep's launch (its plan, its compositions)."""
     submit_only = sweep is not None and submits_now(cfg)
-    launched = launch(cfg, origin, follow_jobs=not submit_only, later=later)
+    plan = planned.plan if planned is not None else None
+    also = [c.cfg for c in planned.compositions[1:]] if planned is not None else []
+    launched = launch(cfg, origin, follow_jobs=not submit_only, plan=plan, also=also)
     if sweep is not None and submit_only:
         sweep.append(launched)
         return
@@ -365,12 +386,12 @@ def dispatch(
     cfg: RunConfig,
     origin: LaunchOrigin,
     sweep: list[Launched] | None = None,
-    later: Sequence[RunConfig] = (),
+    planned: Launch | None = None,
 ) -> None:
     """Run ``cfg.command``; ``origin``: the command line (every job of a sweep shares it);
-    ``sweep`` and ``later``: a run's, see ``_run``."""
+    ``sweep`` and ``planned``: a run's, see ``_run``."""
     if cfg.command is Command.run:
-        _run(cfg, origin, sweep, later)
+        _run(cfg, origin, sweep, planned)
         return
     COMMANDS[cfg.command](cfg, origin)
 
@@ -422,21 +443,23 @@ def run_jobs(jobs: Jobs, origin: LaunchOrigin, multirun: bool, debug: bool) -> N
     followed together at its end."""
     jobs.composer.configure_logging()  # as Hydra does for a job
     sweep: list[Launched] | None = [] if multirun else None
-    for job in jobs:  # once, here: jobs may start elsewhere; sweep jobs' dirs are compared
-        job.cfg.dir = str(Path(job.cfg.dir).expanduser().resolve())
-        trace = job.cfg.workload.trace
+    compositions = jobs.compositions or [Composition(job.cfg, [i]) for i, job in enumerate(jobs)]
+    for comp in compositions:  # once, here: jobs may start elsewhere
+        comp.cfg.dir = str(Path(comp.cfg.dir).expanduser().resolve())
+        trace = comp.cfg.workload.trace
         if trace.path:  # the jobs read it wherever they run; its content is its identity
             trace.path = str(Path(trace.path).expanduser().resolve())
             trace.sha256 = file_sha256(trace.path)
-    later = later_jobs([job.cfg for job in jobs]) if multirun else [[] for _ in jobs]
+    launches = plan_sweep(compositions)
+    overrides = [job.overrides for job in jobs]
+    if multirun and any(c.cfg.launch.dry_run for c in compositions):
+        print(table(launches, overrides), flush=True)
     try:
-        for index, (job, shared) in enumerate(zip(jobs, later, strict=True)):
-            elsewhere = dry_run_line(index, later) if job.cfg.launch.dry_run else None
-            if elsewhere:
-                print(f"[pdbench] {elsewhere}\n", flush=True)
-                continue
+        for number, planned in enumerate(launches, 1):
+            if multirun and not planned.cfg.launch.dry_run and len(planned.members) > 1:
+                print(f"[pdbench] sweep: {launch_line(number, planned, overrides)}", flush=True)
             try:
-                dispatch(job.cfg, origin, sweep, [jobs[k].cfg for k in shared])
+                dispatch(planned.cfg, origin, sweep, planned)
             except ConfigError as err:
                 _fail(err, debug)
     except SystemExit:

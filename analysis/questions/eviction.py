@@ -1,7 +1,7 @@
 """From which working set does pulling evicted history back from D pay? (``cache_pressure``)
 
 P keeps prefix caching with a KV cache of ``server.prefill_kv_blocks``; the conversations'
-working set is swept past it (``workload.conversation_counts``). While it fits, P finds a
+working set is swept past it (``workload.conversations``). While it fits, P finds a
 conversation's history in its own cache and there is nothing to pull; once P evicts, the
 recompute flow computes the history again and the pull flow brings it back from D, which
 still holds it. Per working set (turns >= 2, pull and recompute on the same conversations):

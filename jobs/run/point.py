@@ -26,7 +26,7 @@ from jobs.workload import LoadGenerator, RequestOptions, build_conversations, ru
 from pdbench.config.schema import Flow, WorkloadKind
 from pdbench.plan import arrivals
 from pdbench.plan.deployments import Deployment
-from pdbench.plan.points import Point
+from pdbench.plan.points import Point, only
 from pdbench.results.store import PointResult, PointStatus, RequestRecord, RunStore
 from pdbench.spec.launch import DeploymentSpec
 from pdbench.spec.serve_command import served_model_name
@@ -112,7 +112,7 @@ def measure_point(
         *flags.transfer_flags(result.transfer, dep.server.kv_load_failure_policy, dep.transport),
         *flags.kv_load_flags("".join(stretch.values())),
         *flags.handoff_flags(result.router),
-        *flags.expired_lease_flags(result.router, dep.flow.decoder_kv_blocks_ttl_s),
+        *flags.expired_lease_flags(result.router, dep.decoder_kv_blocks_ttl_s),
         *flags.open_loop_flags(result.offered_load),
     ]
     result.trace_files = sorted(
@@ -199,7 +199,7 @@ def bill_decode(dep: Deployment, result: PointResult, records, totals, kv) -> No
         totals,
         [i.name for i in dep.by_role("decode")],
         dep.server.block_size,
-        dep.flow.decoder_kv_blocks_ttl_s,
+        dep.decoder_kv_blocks_ttl_s,
         dep.bidirectional,
     )
 
@@ -239,7 +239,12 @@ async def drive(serving: Serving, point: Point, label: str, dead: Callable[[], l
         api=wl.api.value,
     )
     gen = LoadGenerator(
-        opts, wl.concurrency, wl.request_rate, wl.seed, wl.arrival.value, wl.burstiness
+        opts,
+        only(wl.concurrency, "workload.concurrency"),
+        wl.request_rate,
+        wl.seed,
+        wl.arrival.value,
+        wl.burstiness,
     )
     await gen.prepare(specs)  # chat: the messages' text, before the load's clock starts
     per_turn: list = []
@@ -287,7 +292,7 @@ async def drive(serving: Serving, point: Point, label: str, dead: Callable[[], l
             print(f"[pdbench] {label} turn {turn}: {ok}/{len(wave)} ok", flush=True)
 
         # D's KV occupancy over the Point (and the TTL's tail: flow.kv_tail)
-        tail_s = dep.flow.decoder_kv_blocks_ttl_s + KV_TAIL_MARGIN_S if dep.flow.kv_tail else 0.0
+        tail_s = dep.decoder_kv_blocks_ttl_s + KV_TAIL_MARGIN_S if dep.flow.kv_tail else 0.0
         decode = [i.name for i in dep.by_role("decode")]
         kv = await kv_sampler.start(session, urls, dep.flow.kv_sample_period_s, decode, tail_s)
         t0 = time.perf_counter()

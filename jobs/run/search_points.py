@@ -127,7 +127,7 @@ class SearchPoints:
         )
         points = []
         for i, (block, flow) in enumerate(order):
-            shape = shape_workload(wl, block.history, wl.conversations, block.load)
+            shape = shape_workload(wl, block.history, wl.conversations[0], block.load)
             # its place in the whole run order: after every Point of the earlier rounds
             index = step.points + i
             point = make_point(

@@ -15,6 +15,7 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf, open_dict
 
+from pdbench.config.overrides import as_lists
 from pdbench.config.schema import RunConfig, register_configs
 from pdbench.config.tree import CONF_DIR, ROOT_CONFIG
 
@@ -28,12 +29,14 @@ class Composer:
         self.verbose: Any = False  # and its hydra.verbose
 
     def __call__(self, overrides: list[str]) -> RunConfig:
-        """One job's typed config; Hydra's and OmegaConf's exceptions say what is wrong."""
+        """One job's typed config; Hydra's and OmegaConf's exceptions say what is wrong. A
+        sweep axis given one value is the list of one it is (``overrides.as_lists``)."""
         from hydra import compose, initialize_config_dir  # lazy: hydra (~0.4 s), not for --help
         from hydra.core.global_hydra import GlobalHydra  # lazy: as above
         from hydra.core.hydra_config import HydraConfig  # lazy: as above
 
         register_configs()
+        overrides = as_lists(overrides)
         GlobalHydra.instance().clear()
         try:
             with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):

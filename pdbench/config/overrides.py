@@ -22,6 +22,7 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.core.override_parser.types import Override
 from hydra.errors import OverrideParseException
 
+from pdbench.config.axes import Level, axes_of
 from pdbench.config.schema import RunConfig
 from pdbench.config.tree import CONF_DIR, default_choices, groups
 from pdbench.spec.containers import image_quoting_fix
@@ -47,6 +48,7 @@ class Schema:
     lists: frozenset[str]  # list-typed fields: an index below them is allowed
     groups: dict[str, list[str]]  # config group -> its presets
     default_groups: frozenset[str]  # groups config.yaml picks (set without `+`)
+    axes: dict[str, Level]  # sweep axes: a value or a list (pdbench.config.axes)
 
 
 def _walk(cls: type, prefix: str, out: dict[str, type]) -> None:
@@ -69,6 +71,7 @@ def schema(conf: Path = CONF_DIR) -> Schema:
         lists=frozenset(p for p, o in origin.items() if o is list),
         groups=groups(conf),
         default_groups=frozenset(default_choices(conf)),
+        axes=axes_of(RunConfig),
     )
 
 
@@ -225,12 +228,42 @@ def check_overrides(overrides: list[str], s: Schema | None = None) -> list[Overr
     return parsed
 
 
-def combinations(parsed: list[Override]) -> list[list[str]]:
+def _one_value(o: Override, value: str, axes: dict[str, Level]) -> str:
+    """``key=value``; an axis given one value written as the list of one it is."""
+    key = o.get_key_element()
+    if o.key_or_group in axes and not value.startswith("["):
+        return f"{key}=[{value}]"
+    return f"{key}={value}"
+
+
+def as_lists(overrides: list[str], s: Schema | None = None) -> list[str]:
+    """The overrides with each sweep axis given one value (``workload.concurrency=4``) as the
+    list of one it is (``workload.concurrency=[4]``), so that Hydra types it; lists, sweeps
+    (``-m key=1,4``: ``combinations`` wraps each value) and words that do not parse (the
+    override check names them) stay as they are."""
+    axes = (s or schema()).axes
+    parser = OverridesParser.create()
+    out = []
+    for word in overrides:
+        try:
+            (o,) = parser.parse_overrides([word])
+        except OverrideParseException:
+            out.append(word)
+            continue
+        plain = not o.is_sweep_override() and not o.is_delete() and o.key_or_group in axes
+        out.append(_one_value(o, o.get_value_element_as_str(), axes) if plain else word)
+    return out
+
+
+def combinations(parsed: list[Override], s: Schema | None = None) -> list[list[str]]:
     """Every job of a ``-m`` sweep as its list of overrides (one job without sweeps).
 
     As Hydra's basic sweeper expands them: the cartesian product of each key's values, a
-    later override of the same key replacing an earlier one.
+    later override of the same key replacing an earlier one. An axis's value in a sweep
+    (``-m workload.concurrency=1,4``) is a list of one (``[1]``, ``[4]``): the sweep's plan
+    (``pdbench.plan.sweep``) measures them on the same servers.
     """
+    axes = (s or schema()).axes
     per_key: dict[str, list[str]] = {}
     for o in parsed:
         key = o.get_key_element()
@@ -238,7 +271,7 @@ def combinations(parsed: list[Override]) -> list[list[str]]:
         if o.is_delete() and not o.is_sweep_override() and o.value() is None:
             per_key[key] = [key]
         else:
-            per_key[key] = [f"{key}={v}" for v in values]
+            per_key[key] = [_one_value(o, v, axes) for v in values]
     jobs: list[list[str]] = [[]]
     for options in per_key.values():
         jobs = [job + [opt] for job in jobs for opt in options]

@@ -15,6 +15,7 @@ from omegaconf import MISSING, OmegaConf
 
 from connector.bench_config import TransferBenchConfig
 from connector.layout import llama_parameter_count
+from pdbench.config.axes import Level, axis
 from pdbench.config.bounds import MANY, PORT, SEED, TOKENS, WEEK_S, bounded
 from pdbench.traffic.trace import TraceFormat
 
@@ -297,15 +298,13 @@ class TransportConfig:
 class FlowConfig:
     """Which flows to measure and the connector knobs they need."""
 
-    flows: list[Flow] = field(default_factory=lambda: [Flow.agg, Flow.recompute, Flow.pull])
-    kv_recompute_threshold: int = bounded(64, low=0, high=TOKENS)
-    kv_recompute_thresholds: list[int] = bounded(
-        factory=list, low=0, high=TOKENS
-    )  # deployment axis
-    decoder_kv_blocks_ttl_s: int = bounded(60, low=0, high=WEEK_S)
-    decoder_kv_blocks_ttls_s: list[int] = bounded(
-        factory=list, low=1, high=WEEK_S
-    )  # deployment axis
+    # Axes (pdbench/config/axes.py): a value or a list; every value is measured.
+    flows: list[Flow] = axis(Level.point, [Flow.agg, Flow.recompute, Flow.pull])
+    # Below this many tokens D holds for the conversation, P recomputes instead of pulling;
+    # each value its own Deployment (a router setting of the servers it starts).
+    kv_recompute_threshold: list[int] = axis(Level.deployment, [64], low=0, high=TOKENS)
+    # Seconds D keeps a turn's blocks for P to pull (vLLM's lease); each its own Deployment.
+    decoder_kv_blocks_ttl_s: list[int] = axis(Level.deployment, [60], low=0, high=WEEK_S)
     # Servers' KV occupancy sampled this often during each Point (kv_timeline; 0: off).
     kv_sample_period_s: float = bounded(0.5, low=0, high=3600)
     # After each Point's load, sample on until the decode instances are back at their
@@ -366,7 +365,8 @@ class WorkloadConfig:
     """Multi-turn conversations: N conversations x T turns of U user and O output tokens."""
 
     kind: WorkloadKind = WorkloadKind.multi_turn
-    conversations: int = bounded(4, low=1, high=MANY)
+    # Point axes (servers stay up): a value or a list, every value measured.
+    conversations: list[int] = axis(Level.point, [4], low=1, high=MANY)  # the working set
     turns: int = bounded(4, low=1, high=10_000)
     # > turns: each conversation has a number of turns drawn uniformly in [turns, turns_max]
     turns_max: int = bounded(0, low=0, high=10_000)
@@ -381,9 +381,7 @@ class WorkloadConfig:
     # How lengths spread: "uniform" in mean * (1 +- jitter), or "lognormal" (sigma = jitter,
     # same mean, a long tail clipped at mean * (1 + 3 * jitter)).
     length_distribution: LengthDistribution = LengthDistribution.uniform
-    history_tokens: list[int] = bounded(
-        factory=lambda: [0], low=0, high=TOKENS
-    )  # sweep axis: prefix
+    history_tokens: list[int] = axis(Level.point, [0], low=0, high=TOKENS)  # the prefix
     # Below 1: each conversation's prefix length is lognormal with mean history_tokens and
     # median history_median_ratio x mean (vLLM benchmarks/multi_turn's parameters), at most
     # history_tokens_max (0: 3 x the mean); 1: every prefix is history_tokens long.
@@ -397,11 +395,7 @@ class WorkloadConfig:
     # the same turns in every flow); the router must then recompute, never pull.
     history_edit: HistoryEdit = HistoryEdit.none
     history_edit_share: float = bounded(0.5, low=0, high=1)
-    # Further Point axes (servers stay up): the working set and the load. []: just
-    # ``conversations`` / ``concurrency``.
-    conversation_counts: list[int] = bounded(factory=list, low=1, high=MANY)
-    concurrencies: list[int] = bounded(factory=list, low=1, high=MANY)
-    concurrency: int = bounded(4, low=1, high=MANY)
+    concurrency: list[int] = axis(Level.point, [4], low=1, high=MANY)  # the load
     # waves: request_rate (> 0) spaces each wave's starts, 0 as fast as concurrency allows;
     # poisson, gamma: an open loop offering request_rate turns/s (same sequence every flow)
     arrival: Arrival = Arrival.waves

@@ -9,7 +9,6 @@ launch gets was composed and validated once, by the command line's pre-check
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
@@ -23,7 +22,6 @@ from pdbench.driver.submit import Submitted, check_slurm_reachable, follow, subm
 from pdbench.driver.tiny_model import model_path_for
 from pdbench.plan.attempt import attempt_line, job_points
 from pdbench.plan.deployments import Plan, make_plan
-from pdbench.plan.shared_starts import share_servers
 from pdbench.results.manifest import LaunchOrigin
 from pdbench.results.store import PointStatus, RunStore
 from pdbench.spec.launch import LaunchSpec, build_launch, describe
@@ -60,16 +58,16 @@ def launch(
     cfg: RunConfig,
     origin: LaunchOrigin,
     follow_jobs: bool = True,
-    later: Sequence[RunConfig] = (),
+    plan: Plan | None = None,
+    also: list[RunConfig] | None = None,
 ) -> Launched:
-    """Plan ``cfg`` and either print the launch (dry run) or submit it and, unless SLURM
-    is not to be followed (``follow_jobs=False``: a sweep; ``launch.detach=true``), follow
-    its jobs to the end. ``later``: jobs of the same ``-m`` sweep, still to run, whose
-    Points this launch's servers measure too (``pdbench.plan.shared_starts``)."""
-    plan, shared = share_servers(make_plan(cfg), cfg, later)
-    for line in shared:
-        print(f"[pdbench] {line}", flush=True)
-    run_dir = RunDir.open(cfg, plan, origin, claim=not cfg.launch.dry_run)
+    """Plan ``cfg`` (or take a sweep's ``plan``, ``pdbench.plan.sweep``) and either print
+    the launch (dry run) or submit it and, unless SLURM is not to be followed
+    (``follow_jobs=False``: a sweep; ``launch.detach=true``), follow its jobs to the end.
+    ``also``: the sweep's other compositions measured on this launch's servers (the run
+    dir's manifest keeps their configs)."""
+    plan = plan if plan is not None else make_plan(cfg)
+    run_dir = RunDir.open(cfg, plan, origin, claim=not cfg.launch.dry_run, also=also or [])
     model_path = model_path_for(cfg, create=not cfg.launch.dry_run)
     spec = build_launch(cfg, plan, model_path, run_dir.pending, cluster_servers_vllm(cfg.cluster))
     replay = replay_of(cfg) if cfg.workload.kind is WorkloadKind.trace else None

@@ -130,29 +130,27 @@ def check_no_leftovers(store: RunStore) -> None:
 
 
 def write_manifest(
-    config: dict[str, Any],
+    configs: list[dict[str, Any]],
     plan: Plan,
     store: RunStore,
     model_path: str,
     origin: LaunchOrigin | None = None,
     traffic: dict[str, Any] | None = None,
 ) -> None:
-    """Append this launch of ``config`` (the composed config as JSON) to the dir's manifest
-    (its history) and merge its Deployments, under the manifest's lock (jobs add their
+    """Append this launch of ``configs`` (the composed configs as JSON: one, or a sweep's
+    compositions measured on its servers) to the dir's manifest (its history) and merge its
+    Deployments, under the manifest's lock (jobs add their
     nodes' preflight findings to it). ``traffic``: a replayed trace's account (file
     digest, shape as recorded and as replayed: ``pdbench.traffic.replay.Replay.record``)."""
     driver = provenance.collect()
 
     def update(previous: dict[str, Any]) -> None:
         deployments = merge_deployments(previous.get("deployments", []), plan)
-        manifest = with_launch(
-            previous,
-            config,
-            model_path,
-            driver,
-            origin or LaunchOrigin.of([]),
-            time.time(),
-        )
+        manifest = previous
+        for config in configs:
+            manifest = with_launch(
+                manifest, config, model_path, driver, origin or LaunchOrigin.of([]), time.time()
+            )
         # the nodes' preflight findings (jobs of this run dir so far) stay
         nodes = previous.get("provenance", {}).get("nodes", {})
         manifest["provenance"] = {**manifest["provenance"], "nodes": nodes}
@@ -208,25 +206,36 @@ class RunDir:
     plan: Plan
     store: RunStore
     states: dict[str, PointStatus]
+    also: list[dict[str, Any]]  # a sweep's other compositions on these servers, as JSON
 
     @classmethod
-    def open(cls, cfg: RunConfig, plan: Plan, origin: LaunchOrigin, claim: bool) -> RunDir:
-        """``cfg.dir`` for ``plan``; ``ConfigError`` when it holds another experiment or,
-        with ``claim`` (a launch that will follow jobs there), when the nodes would run
-        another environment than this driver's or another launch holds the dir."""
+    def open(
+        cls,
+        cfg: RunConfig,
+        plan: Plan,
+        origin: LaunchOrigin,
+        claim: bool,
+        also: list[RunConfig] | None = None,
+    ) -> RunDir:
+        """``cfg.dir`` for ``plan`` (measuring ``cfg`` and the sweep compositions ``also``);
+        ``ConfigError`` when it holds another experiment or, with ``claim`` (a launch that
+        will follow jobs there), when the nodes would run another environment than this
+        driver's or another launch holds the dir."""
         store, config = RunStore(cfg.dir), to_jsonable(cfg)
+        others = [to_jsonable(c) for c in also or []]
         # a manifest that does not parse is named here on a dry run, which writes nothing; a
         # launch sets it aside in ``write_manifest`` and names it there
         manifest, note = store.previous_manifest(set_aside=False)
         if note and cfg.launch.dry_run:
             print(f"[pdbench] {note}", flush=True)
         if not cfg.launch.allow_mixed:
-            check_same_experiment(config, manifest, store, origin)
+            for each in [config, *others]:
+                check_same_experiment(each, manifest, store, origin)
         if claim:
             check_environment(cfg)  # the nodes run this driver's interpreter and vLLM
             claim_dir(store)
             check_no_leftovers(store)
-        return cls(cfg, config, plan, store, point_states(plan, store))
+        return cls(cfg, config, plan, store, point_states(plan, store), others)
 
     @property
     def pending(self) -> list[str]:
@@ -240,7 +249,9 @@ class RunDir:
         self, model_path: str, origin: LaunchOrigin, traffic: dict[str, Any] | None = None
     ) -> None:
         """A real launch: append it to the manifest, say what it skips."""
-        write_manifest(self.config, self.plan, self.store, model_path, origin, traffic)
+        write_manifest(
+            [self.config, *self.also], self.plan, self.store, model_path, origin, traffic
+        )
         for line in self.resume_lines(verbose=False):
             print(f"[pdbench] {line.strip()}", flush=True)
 

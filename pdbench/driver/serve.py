@@ -46,8 +46,8 @@ def serve_problem(plan: Plan) -> ConfigProblem | None:
         "command",
         "serve",
         f"serves one deployment; this config plans {len(plan.deployments)} ({ids})",
-        "one value for each deployment axis (flow.kv_recompute_thresholds, "
-        "flow.decoder_kv_blocks_ttls_s: [])",
+        "one value for each deployment axis (flow.kv_recompute_threshold, "
+        "flow.decoder_kv_blocks_ttl_s)",
     )
 
 
@@ -86,7 +86,7 @@ def serve(cfg: RunConfig, origin: LaunchOrigin) -> None:
     if cfg.launch.dry_run:
         print(describe(spec, plan))
         return
-    write_manifest(run_dir.config, plan, run_dir.store, model_path, origin)
+    write_manifest([run_dir.config], plan, run_dir.store, model_path, origin)
     if cfg.cluster.executor is ExecutorKind.slurm:
         check_slurm_reachable()
     (sub,) = spec.submissions

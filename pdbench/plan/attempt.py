@@ -83,7 +83,7 @@ def estimated_point_s(cfg: RunConfig, history: int) -> float | None:
     if gpu_tflops <= 0 or p.count < 1:
         return None
     flying = in_flight(cfg)
-    batches = math.ceil(max(w.conversation_counts or [w.conversations]) / max(1, flying))
+    batches = math.ceil(max(w.conversations) / max(1, flying))
     per_p = math.ceil(flying / p.count)
     turns = max(w.turns, w.turns_max)
     seconds = 0.0
@@ -92,7 +92,7 @@ def estimated_point_s(cfg: RunConfig, history: int) -> float | None:
         context += (turn - 1) * w.output_tokens
         wave = per_p * prefill_seconds(cfg.model, context, p.tp, gpu_tflops)
         seconds += wave + w.output_tokens * DECODE_STEP_S
-    tail = cfg.flow.decoder_kv_blocks_ttl_s + 5 if cfg.flow.kv_tail else 0
+    tail = max(cfg.flow.decoder_kv_blocks_ttl_s) + 5 if cfg.flow.kv_tail else 0
     return batches * seconds + tail + POINT_OVERHEAD_S
 
 

@@ -94,15 +94,16 @@ class Instance:
 class Deployment:
     """Servers that can stay up for several Points, with the typed configs that make them.
 
-    ``flow`` carries the connector and router knobs (``decoder_kv_blocks_ttl_s``,
-    ``cache_hit_threshold``, ``decode_first_fallback``); ``kv_recompute_threshold`` is this
-    Deployment's own (one of ``flow.kv_recompute_thresholds`` in a threshold sweep).
+    ``flow`` carries the connector and router knobs (``cache_hit_threshold``,
+    ``decode_first_fallback``, ...) with this Deployment's one value of each deployment axis;
+    ``kv_recompute_threshold`` and ``decoder_kv_blocks_ttl_s`` are those values.
     """
 
     deployment_id: str
     nodes: int
     instances: list[Instance]
     kv_recompute_threshold: int
+    decoder_kv_blocks_ttl_s: int
     bidirectional: bool
     model: ModelConfig
     topology: TopologyConfig
@@ -120,7 +121,7 @@ class Deployment:
             "transport": measured("transport", to_jsonable(self.transport)),
             "server": measured("server", to_jsonable(self.server)),
             "kv_recompute_threshold": self.kv_recompute_threshold,
-            "decoder_kv_blocks_ttl_s": self.flow.decoder_kv_blocks_ttl_s,
+            "decoder_kv_blocks_ttl_s": self.decoder_kv_blocks_ttl_s,
             "kv_tail": self.flow.kv_tail,
             "bidirectional": self.bidirectional,
             "trace": self.connector.trace,
@@ -135,7 +136,7 @@ class Deployment:
             "transport": to_jsonable(self.transport),
             "server": to_jsonable(self.server),
             "kv_recompute_threshold": self.kv_recompute_threshold,
-            "decoder_kv_blocks_ttl_s": self.flow.decoder_kv_blocks_ttl_s,
+            "decoder_kv_blocks_ttl_s": self.decoder_kv_blocks_ttl_s,
             "kv_tail": self.flow.kv_tail,
             "bidirectional": self.bidirectional,
             "trace": self.connector.trace,
@@ -252,18 +253,13 @@ def place_instances(cfg: RunConfig) -> tuple[list[Instance], int]:
     return instances, node + 1
 
 
-def deployment_axes(flow: FlowConfig) -> list[tuple[int, FlowConfig, str]]:
-    """(kv_recompute_threshold, the flow config with its TTL, name suffix) per Deployment:
-    ``kv_recompute_thresholds`` x ``decoder_kv_blocks_ttls_s`` (each [] means its one value)."""
-    thresholds = flow.kv_recompute_thresholds or [flow.kv_recompute_threshold]
-    ttls = flow.decoder_kv_blocks_ttls_s or [flow.decoder_kv_blocks_ttl_s]
+def deployment_axes(flow: FlowConfig) -> list[tuple[int, int, str]]:
+    """(kv_recompute_threshold, TTL, name suffix) per Deployment: the product of the
+    deployment axes' values (the TTL named when it has several)."""
+    ttls = flow.decoder_kv_blocks_ttl_s
     return [
-        (
-            threshold,
-            replace(flow, decoder_kv_blocks_ttl_s=ttl),
-            f"t{threshold}" + (f"-ttl{ttl}" if flow.decoder_kv_blocks_ttls_s else ""),
-        )
-        for threshold in thresholds
+        (threshold, ttl, f"t{threshold}" + (f"-ttl{ttl}" if len(ttls) > 1 else ""))
+        for threshold in flow.kv_recompute_threshold
         for ttl in ttls
     ]
 
@@ -277,7 +273,7 @@ def make_plan(cfg: RunConfig) -> Plan:
     plan = Plan(deployments=make_deployments(cfg, flows))
     workload, search = cfg.workload, None
     if not workload.history_tokens:  # no lengths given: search for the crossover
-        loads = workload.concurrencies or [workload.concurrency]
+        loads = workload.concurrency
         search = search_plan(
             cfg.search, usable_history(cfg.model, workload), loads, len(flows), workload, flows
         )
@@ -297,19 +293,22 @@ def make_deployments(cfg: RunConfig, flows: list[Flow]) -> list[Deployment]:
     bidirectional = any(f in KEEPS_D_KV for f in flows)
     instances, nodes = place_instances(cfg)
     deployments = []
-    for threshold, flow_config, suffix in deployment_axes(cfg.flow):
+    for threshold, ttl, suffix in deployment_axes(cfg.flow):
         name = f"{cfg.model.name}-{cfg.topology.name}-{cfg.transport.name}-{suffix}"
         dep = Deployment(
             deployment_id="",
             nodes=nodes,
             instances=list(instances),
             kv_recompute_threshold=threshold,
+            decoder_kv_blocks_ttl_s=ttl,
             bidirectional=bidirectional,
             model=cfg.model,
             topology=cfg.topology,
             transport=cfg.transport,
             server=cfg.server,
-            flow=flow_config,
+            flow=replace(
+                cfg.flow, kv_recompute_threshold=[threshold], decoder_kv_blocks_ttl_s=[ttl]
+            ),
             connector=cfg.connector,
         )
         dep.deployment_id = f"{name}-{stable_hash(dep.key(), 8)}"

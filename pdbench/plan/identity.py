@@ -45,6 +45,8 @@ import hashlib
 import json
 from typing import Any
 
+from pdbench.config.axes import axes_of
+from pdbench.config.schema import RunConfig
 from pdbench.results.jsonable import to_jsonable
 
 # Config sections whose settings change what is measured.
@@ -74,13 +76,12 @@ FLOW_KNOBS: dict[str, tuple[str, ...]] = {
     "static_heavy": ("policy", "policy_force"),
 }
 
-# Lists whose values become separate Deployments or Points (dotted keys).
+# Settings whose values become separate Deployments or Points (dotted keys): the schema's
+# axes (pdbench.config.axes) and the retired lists that were axes before them.
 SWEEP_AXES = frozenset(
     {
-        "flow.flows",
-        "flow.kv_recompute_threshold",
+        *axes_of(RunConfig),
         "flow.kv_recompute_thresholds",
-        "workload.history_tokens",
         "workload.conversation_counts",
         "workload.concurrencies",
         "flow.decoder_kv_blocks_ttls_s",
@@ -89,6 +90,13 @@ SWEEP_AXES = frozenset(
         "workload.order_seed",
     }
 )
+
+# Fields retired since run dirs were recorded, with the value every Point id hashed them at:
+# ids still hash them so that a dir recorded before resumes (its Points keep their ids).
+# (The twin lists of one sweep axis each, pdbench.config.axes: "[]" meant "the one value".)
+RETIRED: dict[str, dict[str, Any]] = {
+    "workload": {"conversation_counts": [], "concurrencies": []},
+}
 
 
 # Fields added after run dirs were recorded, with the value those runs had without naming it:
@@ -125,6 +133,12 @@ def measured(section: str, record: dict[str, Any]) -> dict[str, Any]:
     return {
         k: v for k, v in record.items() if k not in dropped and not (k in later and v == later[k])
     }
+
+
+def with_retired(section: str, record: dict[str, Any]) -> dict[str, Any]:
+    """``record`` (one section as an id hashes it) with the fields retired from it at the value
+    ids hashed them at (``RETIRED``)."""
+    return {**record, **RETIRED.get(section, {})}
 
 
 def flow_knobs(flow: str, flow_record: dict[str, Any]) -> dict[str, Any]:

@@ -23,7 +23,7 @@ from dataclasses import dataclass, replace
 from typing import Any, TypeVar
 
 from pdbench.config.schema import Flow, FlowConfig, WorkloadConfig
-from pdbench.plan.identity import flow_knobs, measured, stable_hash
+from pdbench.plan.identity import flow_knobs, measured, stable_hash, with_retired
 from pdbench.results.jsonable import to_jsonable
 
 B = TypeVar("B")
@@ -78,14 +78,24 @@ def randomized_blocks(blocks: Sequence[B], flows: Sequence[F], seed: int) -> lis
 def workload_record(
     workload: WorkloadConfig, history_tokens: int, repetition: int = 0
 ) -> dict[str, Any]:
-    """One Point's workload: the sweep axes replaced by this Point's values (``history_tokens``
-    and ``repetition``; the count of repetitions and the order seed say nothing about the
-    Point, so more repetitions later keep the ids of those measured)."""
+    """One Point's workload: the sweep axes replaced by this Point's values (numbers:
+    ``history_tokens``, ``conversations``, ``concurrency``, ``repetition``; the count of
+    repetitions and the order seed say nothing about the Point, so more repetitions later
+    keep the ids of those measured)."""
     record = to_jsonable(workload)
     record["history_tokens"] = history_tokens
+    record["conversations"] = only(workload.conversations, "workload.conversations")
+    record["concurrency"] = only(workload.concurrency, "workload.concurrency")
     record["repetition"] = repetition
     del record["repetitions"], record["order_seed"]
     return record
+
+
+def only(values: list[int], key: str) -> int:
+    """The one value of a Point's axis (a Point's workload holds one of each)."""
+    if len(values) != 1:
+        raise ValueError(f"{key}={values}: a Point measures one value of each axis")
+    return values[0]
 
 
 def shape_workload(workload: WorkloadConfig, history: int, conversations: int, concurrency: int):
@@ -93,10 +103,8 @@ def shape_workload(workload: WorkloadConfig, history: int, conversations: int, c
     return replace(
         workload,
         history_tokens=[history],
-        conversations=conversations,
-        concurrency=concurrency,
-        conversation_counts=[],
-        concurrencies=[],
+        conversations=[conversations],
+        concurrency=[concurrency],
     )
 
 
@@ -106,8 +114,8 @@ def workload_points(workload: WorkloadConfig) -> list[tuple[int, WorkloadConfig]
     return [
         (history, shape_workload(workload, history, conversations, concurrency))
         for history in workload.history_tokens
-        for conversations in workload.conversation_counts or [workload.conversations]
-        for concurrency in workload.concurrencies or [workload.concurrency]
+        for conversations in workload.conversations
+        for concurrency in workload.concurrency
     ]
 
 
@@ -127,7 +135,7 @@ def point_key(
         "deployment": deployment_id,
         "flow": flow.value,
         **flow_knobs(flow.value, to_jsonable(router)),
-        "workload": measured("workload", record),
+        "workload": with_retired("workload", measured("workload", record)),
     }
 
 

@@ -67,9 +67,7 @@ def prefill_seconds(model: ModelConfig, tokens: int, p_tp: int, gpu_tflops: floa
 def in_flight(cfg: RunConfig) -> int:
     """The most conversations a Point of ``cfg`` has in flight at once."""
     w = cfg.workload
-    return min(
-        max(w.concurrencies or [w.concurrency]), max(w.conversation_counts or [w.conversations])
-    )
+    return min(max(w.concurrency), max(w.conversations))
 
 
 def first_prompt_tokens(cfg: RunConfig, history: int) -> int:

@@ -45,7 +45,7 @@ from pdbench.plan.deployments import (
     Instance,
     Plan,
 )
-from pdbench.plan.points import ORDER_DESIGN, Point
+from pdbench.plan.points import ORDER_DESIGN, Point, only
 from pdbench.results.jsonable import to_jsonable
 from pdbench.spec.sbatch import local_parameters, sbatch_script
 from pdbench.spec.serve_command import serve_command, serve_env, served_model_name
@@ -341,7 +341,9 @@ def router_settings(flow: FlowConfig, request_timeout_s: float, port: int) -> di
         "port": port,
         "cache_hit_threshold": flow.cache_hit_threshold,
         "decode_first_fallback": flow.decode_first_fallback.value,
-        "decoder_kv_blocks_ttl_s": flow.decoder_kv_blocks_ttl_s,
+        "decoder_kv_blocks_ttl_s": only(
+            flow.decoder_kv_blocks_ttl_s, "flow.decoder_kv_blocks_ttl_s"
+        ),
         "request_timeout_s": request_timeout_s,
         # flow policy: the router reads the file itself (absolute: its cwd is the job's)
         "policy": os.path.abspath(flow.policy) if flow.policy else "",
@@ -516,7 +518,7 @@ def describe(spec: LaunchSpec, plan: Plan) -> str:
 
 def _offered(wl: WorkloadConfig) -> str:
     """A Point's traffic and how it is offered, as the dry run says it."""
-    load = f"concurrency={wl.concurrency}"
+    load = f"concurrency={only(wl.concurrency, 'workload.concurrency')}"
     if wl.arrival.value in OPEN:  # an open loop: the rate offered, not a concurrency
         burst = f" burstiness={wl.burstiness:g}" if wl.arrival.value == GAMMA else ""
         load = f"arrival={wl.arrival.value} request_rate={wl.request_rate:g}/s{burst}"
@@ -527,7 +529,7 @@ def _offered(wl: WorkloadConfig) -> str:
         elif timing is TraceTiming.auto:
             load = f"{times} (untimed: {load})"
         return f"trace={Path(wl.trace.path).name} {load}"
-    return f"conversations={wl.conversations} {load}"
+    return f"conversations={only(wl.conversations, 'workload.conversations')} {load}"
 
 
 def describe_deployment(dep: DeploymentSpec) -> list[str]:

@@ -44,7 +44,7 @@ def kv_transfer_config(deployment: Deployment) -> dict[str, Any]:
     }
     if deployment.bidirectional:
         extra["bidirectional_kv_xfer"] = True
-        extra["decoder_kv_blocks_ttl"] = deployment.flow.decoder_kv_blocks_ttl_s
+        extra["decoder_kv_blocks_ttl"] = deployment.decoder_kv_blocks_ttl_s
     return {
         "kv_connector": "NixlConnector",
         "kv_connector_module_path": PLUGIN_MODULE,

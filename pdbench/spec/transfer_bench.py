@@ -31,7 +31,6 @@ def bench_spec(cfg: RunConfig) -> BenchSpec:
         dtype=str(cfg.model.dtype),
         shape=kv_shape(cfg),
         backends=list(transport.backends),
-        default_ucx_tls=transport.ucx_tls,
         expected_gb_s=float(transport.expected_gb_s),
         env={str(k): str(v) for k, v in transport.env.items()},
     )

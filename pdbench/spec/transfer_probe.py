@@ -182,6 +182,7 @@ def bench_spec(probe: TransferProbe, env: dict[str, str] | None = None) -> Bench
         layouts=[KVLayout.HND],
         tp_splits=[probe.split],
         ops=[XferOp.READ],
+        ucx_tls=[probe.ucx_tls],
         memory=MemoryKind(probe.memory),
         block_order=BlockOrder.scattered,
         iterations=probe.iterations,
@@ -197,7 +198,6 @@ def bench_spec(probe: TransferProbe, env: dict[str, str] | None = None) -> Bench
         dtype=probe.dtype,
         shape=probe.shape,
         backends=list(probe.backends),
-        default_ucx_tls=probe.ucx_tls,
         expected_gb_s=probe.expected_gb_s,
         env=env,
     )

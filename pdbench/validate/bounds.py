@@ -15,6 +15,7 @@ import math
 from collections.abc import Iterator
 from typing import Any
 
+from pdbench.config.axes import axes_of
 from pdbench.config.bounds import MANY, SEED, TOKENS, WEEK_S, Bounds, bounds_of
 from pdbench.config.problems import ConfigProblem, Problems
 from pdbench.config.schema import Command, RunConfig
@@ -87,7 +88,7 @@ ABSURD = 1000  # past this many times its bound (or 1000), a value is replaced f
 
 def check_duplicates(cfg: RunConfig) -> list[ConfigProblem]:
     """Axis lists name each value once: a value given twice doubled the plan (servers started
-    twice for ``flow.kv_recompute_thresholds=[0,0]``, Points measured twice)."""
+    twice for ``flow.kv_recompute_threshold=[0,0]``, Points measured twice)."""
     out = Problems()
     lists = [(n, v) for n, v, _ in numeric_fields(cfg) if isinstance(v, list)]
     lists.append(("flow.flows", [f.value for f in cfg.flow.flows]))
@@ -103,6 +104,25 @@ def check_duplicates(cfg: RunConfig) -> list[ConfigProblem]:
                 f"names {', '.join(map(str, twice))} more than once",
                 f"{name}=[{','.join(map(str, unique))}]",
             )
+    return out
+
+
+# Axes whose empty list means something: no history lengths given, the crossover search.
+EMPTY_MEANS = {"workload.history_tokens": "the crossover search"}
+
+
+def check_axes_given(cfg: RunConfig) -> list[ConfigProblem]:
+    """Every sweep axis of a run holds a value (``[]`` measures nothing), but those whose
+    empty list means something (``EMPTY_MEANS``)."""
+    if cfg.command not in (Command.run, Command.serve, Command.preflight):
+        return []
+    out = Problems()
+    for name in axes_of(RunConfig):
+        values = cfg
+        for part in name.split("."):
+            values = getattr(values, part)
+        if not values and name not in EMPTY_MEANS:
+            out.add(name, [], "has no value: nothing would be measured", f"{name}=VALUE or [A,B]")
     return out
 
 

@@ -36,13 +36,13 @@ def check_policy(cfg: RunConfig) -> list[ConfigProblem]:
                 "flow=policy (or add policy to flow.flows), or drop flow.policy",
             )
         return out
-    if f.kv_recompute_threshold != 0 or any(t != 0 for t in f.kv_recompute_thresholds):
+    if any(t != 0 for t in f.kv_recompute_threshold):
         out.add(
             "flow.kv_recompute_threshold",
-            f.kv_recompute_thresholds or f.kv_recompute_threshold,
+            f.kv_recompute_threshold,
             "must be 0 under the policy flows: the router decides per turn, and P would "
             "decline the pulls it hands below its own threshold",
-            "flow.kv_recompute_threshold=0 flow.kv_recompute_thresholds=[] (flow=policy sets it)",
+            "flow.kv_recompute_threshold=0 (flow=policy sets it)",
         )
     if not f.policy:
         out.add(

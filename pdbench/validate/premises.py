@@ -14,7 +14,7 @@ with one repetition, say); the concurrency rule is no premise but a label, alway
   outlast the first prefill wave (``pdbench.plan.prefill_wave``): conversations whose first
   turn P finished early send their next turn while P still prefills the others', and their
   lease runs out in P's queue (``recompute_expired`` under the name pull).
-- **P evicts** (a working-set sweep, ``workload.conversation_counts`` of two or more values,
+- **P evicts** (a working-set sweep, ``workload.conversations`` of two or more values,
   the ``cache_pressure`` question): P keeps prefix caching, and the largest working set
   (conversations x the blocks of a conversation's longest prompt and its output) exceeds
   P's KV blocks; otherwise P never evicts and pull has nothing to bring back.
@@ -63,9 +63,7 @@ def pulling_flows(cfg: RunConfig) -> list[Flow]:
 
 def ttls_measured(f: FlowConfig) -> tuple[str, list[float]]:
     """(the setting that names them, the TTLs the run's Deployments measure)."""
-    if f.decoder_kv_blocks_ttls_s:
-        return "flow.decoder_kv_blocks_ttls_s", list(f.decoder_kv_blocks_ttls_s)
-    return "flow.decoder_kv_blocks_ttl_s", [f.decoder_kv_blocks_ttl_s]
+    return "flow.decoder_kv_blocks_ttl_s", list(f.decoder_kv_blocks_ttl_s)
 
 
 def check_pull_window(cfg: RunConfig) -> list[ConfigProblem]:
@@ -75,7 +73,7 @@ def check_pull_window(cfg: RunConfig) -> list[ConfigProblem]:
         return []
     field, ttls = ttls_measured(cfg.flow)
     shortest = shortest_pulling_ttl_s()
-    refused_elsewhere = 1 if cfg.flow.decoder_kv_blocks_ttls_s else 0  # check_flows' lower bound
+    refused_elsewhere = 0  # check_flows' lower bound
     out = Problems()
     for ttl in dict.fromkeys(ttls):
         window = pull_window_s(ttl)
@@ -148,7 +146,7 @@ def prefill_capacity_blocks(cfg: RunConfig) -> int:
 
 
 def _sweeps_working_set(cfg: RunConfig) -> bool:
-    return len(set(cfg.workload.conversation_counts)) >= 2
+    return len(set(cfg.workload.conversations)) >= 2
 
 
 def check_p_evicts(cfg: RunConfig) -> list[ConfigProblem]:
@@ -156,14 +154,14 @@ def check_p_evicts(cfg: RunConfig) -> list[ConfigProblem]:
     overflows."""
     if not premises_apply(cfg) or not _sweeps_working_set(cfg) or cfg.topology.prefill.count < 1:
         return []
-    s, counts = cfg.server, sorted(set(cfg.workload.conversation_counts))
+    s, counts = cfg.server, sorted(set(cfg.workload.conversations))
     if not s.prefill_prefix_caching:
         return [
             ConfigProblem(
                 "server.prefill_prefix_caching",
                 "false",
                 f"P keeps no history of its own, so the working-set sweep "
-                f"(workload.conversation_counts={counts}) has nothing to evict: P computes "
+                f"(workload.conversations={counts}) has nothing to evict: P computes "
                 "every prompt in recompute at every working set and pull never recovers "
                 "anything P lost (the eviction question needs P's own prefix cache)",
                 f"server.prefill_prefix_caching=true, or {ANYWAY}",
@@ -181,7 +179,7 @@ def check_p_evicts(cfg: RunConfig) -> list[ConfigProblem]:
     )
     return [
         ConfigProblem(
-            "workload.conversation_counts",
+            "workload.conversations",
             counts,
             f"the largest working set, {counts[-1]} conversations x {blocks} blocks = "
             f"{largest} blocks, fits P's {held} KV blocks ({source}): P never evicts, so every "
@@ -195,20 +193,19 @@ def check_p_evicts(cfg: RunConfig) -> list[ConfigProblem]:
 def check_concurrency(cfg: RunConfig) -> list[ConfigProblem]:
     """No Point is labelled with a concurrency its conversations cannot reach."""
     w = cfg.workload
-    field = "workload.concurrencies" if w.concurrencies else "workload.concurrency"
-    most = max(w.conversation_counts or [w.conversations])
+    most = max(w.conversations, default=0)
     if most < 1 or not _measures_points(cfg) or w.kind is WorkloadKind.trace:
         return []  # a replay's conversations are the trace's
     where = (
-        f"the largest of workload.conversation_counts ({most})"
-        if w.conversation_counts
+        f"the largest of workload.conversations ({most})"
+        if len(w.conversations) > 1
         else f"workload.conversations ({most})"
     )
     out = Problems()
-    for concurrency in dict.fromkeys(w.concurrencies or [w.concurrency]):
+    for concurrency in dict.fromkeys(w.concurrency):
         if concurrency > most:
             out.add(
-                field,
+                "workload.concurrency",
                 concurrency,
                 f"exceeds {where}: a conversation's turns go one after another, so at most "
                 f"{most} requests are ever in flight, yet the Points would be labelled "
@@ -256,7 +253,7 @@ def warn_working_set_fits_nowhere(cfg: RunConfig) -> list[ConfigProblem]:
         return []
     if not cfg.server.prefill_prefix_caching or cfg.topology.prefill.count < 1:
         return []
-    counts = sorted(set(cfg.workload.conversation_counts))
+    counts = sorted(set(cfg.workload.conversations))
     blocks, held = conversation_blocks(cfg), prefill_capacity_blocks(cfg)
     if not held:
         return [
@@ -272,7 +269,7 @@ def warn_working_set_fits_nowhere(cfg: RunConfig) -> list[ConfigProblem]:
         return []
     return [
         ConfigProblem(
-            "workload.conversation_counts",
+            "workload.conversations",
             counts,
             f"even the smallest working set ({counts[0]} x {blocks} = {counts[0] * blocks} "
             f"blocks) overflows P's {held} blocks: no Point shows the flows while P's own "

@@ -59,7 +59,7 @@ from pdbench.plan.lengths import history_cap, longest_conversation, max_length
 from pdbench.spec import server_flags
 from pdbench.validate import capacity
 from pdbench.validate.bench import check_transfer_bench
-from pdbench.validate.bounds import check_bounds, check_duplicates, within_bounds
+from pdbench.validate.bounds import check_axes_given, check_bounds, check_duplicates, within_bounds
 from pdbench.validate.gpu import GPU_RULES
 from pdbench.validate.model_source import is_local_path, weights_in
 from pdbench.validate.policy import check_policy, warn_policy_forced
@@ -109,18 +109,11 @@ def check_counts(cfg: RunConfig) -> list[ConfigProblem]:
     if topo.prefill.count + topo.decode.count + topo.agg.count == 0:
         out.add("topology", topo.name, "has no instance", "give prefill/decode or agg a count")
     need("cluster.nodes", cfg.cluster.nodes, 1, "1 or more")
-    for name in (
-        "conversations",
-        "turns",
-        "user_tokens",
-        "output_tokens",
-        "concurrency",
-        "repetitions",
-    ):
+    for name in ("turns", "user_tokens", "output_tokens", "repetitions"):
         need(f"workload.{name}", getattr(w, name), 1, "1 or more")
-    for name in ("conversation_counts", "concurrencies"):
+    for name in ("conversations", "concurrency"):
         for value in getattr(w, name):
-            need(f"workload.{name}", value, 1, "1 or more each, or [] for just one")
+            need(f"workload.{name}", value, 1, "1 or more (each value of a list)")
     need("workload.request_rate", w.request_rate, 0, "0 (as fast as concurrency allows) or more")
     if w.request_timeout_s <= 0:
         out.add("workload.request_timeout_s", w.request_timeout_s, "must be positive", "e.g. 120")
@@ -133,12 +126,12 @@ def check_counts(cfg: RunConfig) -> list[ConfigProblem]:
                 "is empty: a crossover search, which needs flows recompute and pull",
                 "give lengths, e.g. [0], or flow.flows=[recompute,pull]",
             )
-        if w.conversation_counts:
+        if len(w.conversations) > 1:
             out.add(
-                "workload.conversation_counts",
-                w.conversation_counts,
+                "workload.conversations",
+                w.conversations,
                 "is not searched over (workload.history_tokens=[]: a crossover search)",
-                "[] (one working set), or give history lengths",
+                "one working set, or give history lengths",
             )
     s_ = cfg.search
     need("search.first_pass_lengths", s_.first_pass_lengths, 2, "2 or more (8 is usual)")
@@ -423,17 +416,10 @@ def check_flows(cfg: RunConfig) -> list[ConfigProblem]:
             "must be a P/D flow",
             "pull or recompute",
         )
-    if f.kv_recompute_threshold < 0:
-        out.add(
-            "flow.kv_recompute_threshold",
-            f.kv_recompute_threshold,
-            "must be non-negative (tokens D must hold for P to pull)",
-            "0 (always pull) or more",
-        )
-    for t in f.kv_recompute_thresholds:
+    for t in f.kv_recompute_threshold:
         if t < 0:
             out.add(
-                "flow.kv_recompute_thresholds",
+                "flow.kv_recompute_threshold",
                 t,
                 "must be non-negative (tokens D must hold for P to pull)",
                 "0 (always pull) or more",
@@ -445,11 +431,9 @@ def check_flows(cfg: RunConfig) -> list[ConfigProblem]:
             "is a share of the prompt and must be in [0, 1]",
             "e.g. 0.8",
         )
-    if f.decoder_kv_blocks_ttl_s < 0:
-        out.add("flow.decoder_kv_blocks_ttl_s", f.decoder_kv_blocks_ttl_s, "is negative", "e.g. 60")
-    for ttl in f.decoder_kv_blocks_ttls_s:
-        if ttl < 1:
-            out.add("flow.decoder_kv_blocks_ttls_s", ttl, "must be positive (seconds)", "e.g. 20")
+    for ttl in f.decoder_kv_blocks_ttl_s:
+        if ttl < 0:
+            out.add("flow.decoder_kv_blocks_ttl_s", ttl, "is negative", "e.g. 60")
     if f.kv_sample_period_s < 0:
         out.add("flow.kv_sample_period_s", f.kv_sample_period_s, "is negative", "0.5, or 0: off")
     if f.kv_tail and f.kv_sample_period_s <= 0:
@@ -846,7 +830,7 @@ def check_arrivals(cfg: RunConfig) -> list[ConfigProblem]:
         return out
     if w.kind is WorkloadKind.trace:
         return out  # the trace's turns (check_trace)
-    turns = max(w.turns, w.turns_max) * max([w.conversations, *w.conversation_counts])
+    turns = max(w.turns, w.turns_max) * max(w.conversations)
     offered_s = turns / w.request_rate
     if offered_s > OPEN_LOOP_POINT_MAX_S:
         out.add(
@@ -895,6 +879,7 @@ RULES: tuple[Rule, ...] = (
     check_trace,
     check_arrivals,
     check_duplicates,
+    check_axes_given,
     check_kv_cache,
     check_workload_fits,
     check_ports,

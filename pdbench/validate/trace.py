@@ -49,12 +49,12 @@ def check_trace(cfg: RunConfig) -> list[ConfigProblem]:
             "a replay takes its histories from the trace",
             "workload.history_tokens=[0]",
         )
-    if w.conversation_counts:
+    if len(w.conversations) > 1:
         out.add(
-            "workload.conversation_counts",
-            w.conversation_counts,
+            "workload.conversations",
+            w.conversations,
             "a replay's conversations are the trace's",
-            "workload.conversation_counts=[] (workload.trace.max_conversations cuts them)",
+            "one value (workload.trace.max_conversations cuts them)",
         )
     if t.end_s and t.end_s <= t.start_s:
         out.add(
@@ -164,7 +164,8 @@ def warn_pauses_outlast_lease(cfg: RunConfig) -> list[ConfigProblem]:
     if replay.timing is not TraceTiming.recorded:
         return []
     pause = shape_of(replay.replayed).gap_p50_s
-    window = pull_window_s(f.decoder_kv_blocks_ttl_s)
+    ttl = max(f.decoder_kv_blocks_ttl_s)
+    window = pull_window_s(ttl)
     if math.isnan(pause) or pause <= window:
         return []
     return [
@@ -173,7 +174,7 @@ def warn_pauses_outlast_lease(cfg: RunConfig) -> list[ConfigProblem]:
             w.trace.speedup,
             f"half the pauses between a conversation's turns are longer than {pause:.1f} s, "
             f"past the {window:.1f} s pull window of flow.decoder_kv_blocks_ttl_s="
-            f"{f.decoder_kv_blocks_ttl_s:g}: most turns will find D's lease expired and be "
+            f"{ttl:g}: most turns will find D's lease expired and be "
             "recomputed (what this traffic gets at this TTL; the records count them)",
             f"to measure pulls, a speedup of {math.ceil(w.trace.speedup * pause / window)} or "
             "more, or a longer flow.decoder_kv_blocks_ttl_s",

@@ -323,7 +323,7 @@ def test_on_failure_policy_decides_whether_later_deployments_start(tmp_path, pol
     start = time.monotonic()
     args = [
         *SMALL,
-        "flow.kv_recompute_thresholds=[0,1024]",  # two deployments, one after the other
+        "flow.kv_recompute_threshold=[0,1024]",  # two deployments, one after the other
         "server.extra_args=[--no-such-flag]",  # neither can start
         f"launch.on_failure={policy}",
         f"dir={run_dir}",

@@ -45,12 +45,18 @@ def test_edited_histories_are_never_pulled_and_every_flow_matches_agg_in_chat_to
     ]
     proc = run_pdbench(args, 2400)
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
-    # The two jobs of the sweep differ in their workload only: the servers started once, for
-    # the first, which measured the chat job's Points too (pdbench/plan/shared_starts.py).
-    assert "the 4 Point(s) of its job with workload.api=chat run on these servers" in proc.stdout
-    assert "every point is already recorded ok" in proc.stdout
+    # The two compositions of the sweep differ in their workload only: the servers started
+    # once and measured the Points of both (pdbench/plan/sweep.py).
+    assert (
+        "[pdbench] sweep: launch 1 measures 2 composition(s) on one start of its servers: "
+        "workload.api=completions; workload.api=chat"
+    ) in proc.stdout
     manifest = json.loads((run_dir / "manifest.json").read_text())
     assert len(manifest["jobs"]) == 1, manifest["jobs"]
+    assert [launch["config"]["workload"]["api"] for launch in manifest["launches"]] == [
+        "completions",
+        "chat",
+    ]
     points = [json.loads(p.read_text()) for p in (run_dir / "points").glob("*.json")]
     assert {(p["workload"]["api"], p["flow"]) for p in points} == {
         (api, flow) for api in ("completions", "chat") for flow in FLOWS

@@ -23,10 +23,10 @@ def test_decode_cost_records_what_d_held_and_for_how_long(tmp_path):
     summary, _ = run_and_analyse(
         [
             "+experiment=decode_cost",
-            "flow.decoder_kv_blocks_ttls_s=[10]",
+            "flow.decoder_kv_blocks_ttl_s=[10]",
             "workload.conversations=2",
             "workload.turns=2",
-            "workload.concurrencies=[2]",
+            "workload.concurrency=[2]",
             "workload.repetitions=1",
             "launch.check_premises=false",  # one repetition: a pipeline test
         ],
@@ -56,7 +56,7 @@ def test_cache_pressure_moves_prompts_from_local_hits_to_pulls(tmp_path):
     summary, _ = run_and_analyse(
         [
             "+experiment=cache_pressure",
-            "workload.conversation_counts=[2,8]",
+            "workload.conversations=[2,8]",
             "workload.turns=2",
             "workload.repetitions=1",
             "launch.check_premises=false",  # one repetition: a pipeline test

@@ -116,7 +116,7 @@ def test_policy_check_pipeline_measures_every_rule_and_answers_with_verdicts(tmp
         "flow.flows=[agg,static_light,static_heavy,policy]",
         f"dir={run_dir}",
         "workload.conversations=4",
-        "workload.concurrencies=[1,4]",
+        "workload.concurrency=[1,4]",
         "workload.repetitions=2",
         "launch.check_premises=false",
         NO_PREFLIGHT,

@@ -75,7 +75,7 @@ def test_threshold_sweep_restarts_servers_per_value_and_names_the_best(tmp_path)
     summary, _ = run_and_analyse(
         [
             "+experiment=threshold_sweep",
-            "flow.kv_recompute_thresholds=[0,1024]",
+            "flow.kv_recompute_threshold=[0,1024]",
             "workload.history_tokens=[512]",
             "workload.conversations=1",
             "workload.repetitions=2",

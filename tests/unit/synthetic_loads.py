@@ -2,7 +2,7 @@
 
 Each load is ``analysis.synthetic``'s run of one ``SyntheticDeployment`` whose costs are
 those at that load (P recomputes slower under load); its Points carry the load's
-concurrency in their workload and in their id, as a swept ``workload.concurrencies`` does.
+concurrency in their workload and in their id, as a swept ``workload.concurrency`` does.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The crossover per offered load (a swept ``workload.concurrencies``), never pooled, and the
+"""The crossover per offered load (a swept ``workload.concurrency``), never pooled, and the
 saving curve on the lengths a search picks (many, log-spaced, few repetitions each)."""
 
 from __future__ import annotations

@@ -56,7 +56,7 @@ def test_the_rough_estimate_is_each_turns_prefill_wave_and_decode_steps():
     expected = POINT_OVERHEAD_S
     for turn in range(1, w.turns + 1):
         context = turn * w.user_tokens + (turn - 1) * w.output_tokens
-        expected += w.concurrency * prefill_seconds(cfg.model, context, p.tp, 989.0)
+        expected += w.concurrency[0] * prefill_seconds(cfg.model, context, p.tp, 989.0)
         expected += w.output_tokens * DECODE_STEP_S
     assert estimated_point_s(cfg, 0) == pytest.approx(expected)
     assert estimated_point_s(cfg, 32768) > estimated_point_s(cfg, 0)

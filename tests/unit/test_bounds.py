@@ -27,7 +27,7 @@ def unbounded(obj) -> list[str]:
 def test_every_numeric_setting_declares_its_bounds():
     names = [name for name, _, _ in numeric_fields(cpu_run())]
     assert len(names) > 80  # the walk reaches every section, lists and the bench included
-    assert {"workload.request_rate", "bench.iterations", "flow.kv_recompute_thresholds"} <= set(
+    assert {"workload.request_rate", "bench.iterations", "flow.kv_recompute_threshold"} <= set(
         names
     )
     assert unbounded(cpu_run()) == []
@@ -89,8 +89,8 @@ def test_a_rule_of_its_own_keeps_its_message_and_bounds_add_no_second_one():
 @pytest.mark.parametrize(
     ("field", "value", "fix"),
     [
-        ("workload.concurrencies", [1, 1], "workload.concurrencies=[1]"),
-        ("flow.kv_recompute_thresholds", [0, 64, 0], "flow.kv_recompute_thresholds=[0,64]"),
+        ("workload.concurrency", [1, 1], "workload.concurrency=[1]"),
+        ("flow.kv_recompute_threshold", [0, 64, 0], "flow.kv_recompute_threshold=[0,64]"),
         ("workload.history_tokens", [0, 128, 128], "workload.history_tokens=[0,128]"),
     ],
 )

@@ -24,7 +24,7 @@ def smoke_dir(tmp_path_factory):
     run_dir = tmp_path_factory.mktemp("runs") / "smoke"
     cfg = compose_job(["+experiment=smoke", f"dir={run_dir}"])
     origin = LaunchOrigin.of(["+experiment=smoke", f"dir={run_dir}"])
-    write_manifest(to_jsonable(cfg), make_plan(cfg), RunStore(run_dir), "/model", origin)
+    write_manifest([to_jsonable(cfg)], make_plan(cfg), RunStore(run_dir), "/model", origin)
     return run_dir
 
 

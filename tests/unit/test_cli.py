@@ -74,9 +74,9 @@ def test_a_value_of_the_wrong_type_is_one_plain_line():
     text = usage_error("workload.turns=abc")
     assert "Value 'abc' of type 'str' could not be converted to Integer" in text
     assert "full_key" not in text and "$VALUE" not in text
-    text = usage_error("workload.history_tokens=1024")
+    text = usage_error("transport.backends=UCX")
     assert text.endswith("Fix: a list is written in brackets and quoted for the shell: "
-                         "'workload.history_tokens=[0,1024]'")  # fmt: skip
+                         "'transport.backends=[UCX]'")  # fmt: skip
 
 
 def test_validation_runs_on_every_job_of_a_sweep():

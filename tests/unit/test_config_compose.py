@@ -94,7 +94,7 @@ def test_every_experiment_composes_typed(name):
 def test_smoke_is_small_and_valid_here():
     cfg = typed(["+experiment=smoke"])
     w = cfg.workload
-    assert w.conversations * w.turns <= 16 and w.user_tokens <= 128
+    assert max(w.conversations) * w.turns <= 16 and w.user_tokens <= 128
     assert cfg.model.num_layers <= 4 and cfg.model.generate
     assert validate(cfg) == []
 

@@ -35,7 +35,7 @@ CASES = {
     "dry_llama3_70b_1p1d_tp4_nvlink": LLAMA_70B + ["topology=1p1d_tp4", "transport=nvlink"],
     # Two Deployments: SLURM gets them as one job array, and the dry run shows that array.
     "dry_llama3_8b_1p1d_cross_rdma_thresholds": LLAMA_8B
-    + ["topology=1p1d_cross", "transport=rdma", "flow.kv_recompute_thresholds=[0,1024]"],
+    + ["topology=1p1d_cross", "transport=rdma", "flow.kv_recompute_threshold=[0,1024]"],
     # Every task in a pyxis container: its options on srun in the sbatch script.
     "dry_llama3_8b_1p1d_nvlink_container": LLAMA_8B
     + [

@@ -91,7 +91,7 @@ def test_slurm_addresses_are_placeholders_until_resolved():
 
 def test_one_submission_per_local_deployment_one_array_on_slurm():
     cfg = cpu_run()
-    cfg.flow.kv_recompute_thresholds = [0, 64, 256]
+    cfg.flow.kv_recompute_threshold = [0, 64, 256]
     plan = make_plan(cfg)
     local = build_launch(cfg, plan, "/m")
     assert [s.deployment_ids for s in local.submissions] == [
@@ -100,7 +100,7 @@ def test_one_submission_per_local_deployment_one_array_on_slurm():
     assert all(s.sbatch == "" for s in local.submissions)
 
     cfg = slurm_run()
-    cfg.flow.kv_recompute_thresholds = [0, 64, 256]
+    cfg.flow.kv_recompute_threshold = [0, 64, 256]
     plan = make_plan(cfg)
     ids = [d.deployment_id for d in plan.deployments]
     (sub,) = build_launch(cfg, plan, "/m").submissions
@@ -128,7 +128,7 @@ def test_the_sbatch_file_submitit_hands_sbatch_is_the_specs(
     monkeypatch.setenv("PATH", f"{os.environ.get('PATH', '')}{os.pathsep}{bin_dir}")
     cfg = slurm_run()
     cfg.dir = str(tmp_path / "run")
-    cfg.flow.kv_recompute_thresholds = thresholds
+    cfg.flow.kv_recompute_threshold = thresholds
     plan = make_plan(cfg)
     (sub,) = build_launch(cfg, plan, "/m").submissions
     submitted: list[str] = []
@@ -149,7 +149,7 @@ def test_the_sbatch_file_submitit_hands_sbatch_is_the_specs(
 
 def test_dry_run_text_lists_every_process_and_the_submission():
     cfg = slurm_run()
-    cfg.flow.kv_recompute_thresholds = [0, 64]
+    cfg.flow.kv_recompute_threshold = [0, 64]
     plan = make_plan(cfg)
     text = describe(build_launch(cfg, plan, "/m"), plan)
     assert text.count("router (<node0>:8000):") == 2

@@ -107,14 +107,14 @@ def test_more_values_of_a_sweep_axis_extend_the_dir(tmp_path):
     more = copy.deepcopy(cfg)
     more.workload.history_tokens = [0, 1024]
     more.flow.flows = [Flow.agg, Flow.pull]
-    more.flow.kv_recompute_thresholds = [0, 64]
+    more.flow.kv_recompute_threshold = [0, 64]
     launch_into(more, LaunchOrigin.of([]))
     assert len(launches(RunStore(tmp_path).read_manifest())) == 2
 
 
 def test_a_manifest_from_before_the_history_counts_as_its_one_launch(tmp_path):
     cfg = cpu_run(dir=str(tmp_path), name="old")
-    write_manifest(to_jsonable(cfg), make_plan(cfg), RunStore(tmp_path), "/model")
+    write_manifest([to_jsonable(cfg)], make_plan(cfg), RunStore(tmp_path), "/model")
     manifest = RunStore(tmp_path).read_manifest()
     del manifest["launches"]
     (tmp_path / "manifest.json").write_text(json.dumps(manifest))
@@ -132,7 +132,7 @@ def test_a_manifest_from_before_the_history_counts_as_its_one_launch(tmp_path):
 def test_the_cli_refuses_another_experiment_with_exit_2_and_the_message_alone(tmp_path):
     run_dir = tmp_path / "run"
     cfg = compose_job(["+experiment=smoke", f"dir={run_dir}"])
-    write_manifest(to_jsonable(cfg), make_plan(cfg), RunStore(run_dir), "/model")
+    write_manifest([to_jsonable(cfg)], make_plan(cfg), RunStore(run_dir), "/model")
     out = pdbench(
         "+experiment=smoke", f"dir={run_dir}", "server.block_size=64", "launch.dry_run=true"
     )
@@ -162,7 +162,7 @@ def corrupt_run(tmp_path):
     plan = make_plan(cfg)
     store = RunStore(run_dir)
     origin = LaunchOrigin.of(["+experiment=smoke", f"dir={run_dir}"])
-    write_manifest(to_jsonable(cfg), plan, store, "/model", origin)
+    write_manifest([to_jsonable(cfg)], plan, store, "/model", origin)
     point = plan.all_points()[0]
     store.write_point(PointResult(point.point_id, "ok", "", point.flow.value, {}, {}), [])
     text = store.manifest_path.read_text()
@@ -199,7 +199,7 @@ def test_the_rerun_of_a_corrupt_manifest_sets_it_aside_and_skips_what_is_ok(tmp_
 
 def test_a_manifest_entry_missing_keys_is_shown_not_a_key_error(tmp_path, capsys):
     cfg = cpu_run(dir=str(tmp_path))
-    write_manifest(to_jsonable(cfg), make_plan(cfg), RunStore(tmp_path), "/model")
+    write_manifest([to_jsonable(cfg)], make_plan(cfg), RunStore(tmp_path), "/model")
     manifest = RunStore(tmp_path).read_manifest()
     manifest["jobs"] = [{"deployment_id": "x"}, {"job_id": "123"}, "junk"]
     manifest["deployments"].append({"points": ["nope"]})
@@ -218,7 +218,7 @@ def test_a_dry_run_into_a_dir_with_records_says_what_it_skips_first(tmp_path, ca
 
     cfg = cpu_run(dir=str(tmp_path), name="smoke")
     plan = make_plan(cfg)
-    write_manifest(to_jsonable(cfg), plan, RunStore(tmp_path), "/model")
+    write_manifest([to_jsonable(cfg)], plan, RunStore(tmp_path), "/model")
     point = plan.all_points()[0]
     RunStore(tmp_path).write_point(PointResult(point.point_id, "ok", "", "agg", {}, {}), [])
     cfg.launch.dry_run = True

@@ -66,17 +66,17 @@ def test_shared_cores_split_by_ranks_and_never_mix_instances():
 
 def test_ttl_sweep_makes_deployments_and_working_set_and_load_make_points():
     cfg = one_pass(cpu_run())
-    cfg.flow.decoder_kv_blocks_ttls_s = [10, 30]
-    cfg.workload.conversation_counts = [2, 8]
-    cfg.workload.concurrencies = [1, 4]
+    cfg.flow.decoder_kv_blocks_ttl_s = [10, 30]
+    cfg.workload.conversations = [2, 8]
+    cfg.workload.concurrency = [1, 4]
     plan = make_plan(cfg)
-    assert [d.flow.decoder_kv_blocks_ttl_s for d in plan.deployments] == [10, 30]
+    assert [d.decoder_kv_blocks_ttl_s for d in plan.deployments] == [10, 30]
+    assert [d.flow.decoder_kv_blocks_ttl_s for d in plan.deployments] == [[10], [30]]
     assert [d.deployment_id.split("-")[-2] for d in plan.deployments] == ["ttl10", "ttl30"]
     points = plan.points[plan.deployments[0].deployment_id]
     assert len(points) == 2 * 2 * 3  # conversations x concurrency x flows
-    shapes = {(p.workload.conversations, p.workload.concurrency) for p in points}
-    assert shapes == {(2, 1), (2, 4), (8, 1), (8, 4)}
-    assert all(p.workload.conversation_counts == [] for p in points)  # one value per Point
+    shapes = {(*p.workload.conversations, *p.workload.concurrency) for p in points}
+    assert shapes == {(2, 1), (2, 4), (8, 1), (8, 4)}  # one value of each per Point
     assert len({p.point_id for p in plan.all_points()}) == 24
     # without the lists: one Deployment, named as before (no ttl suffix)
     assert make_plan(cpu_run()).deployments[0].deployment_id.split("-")[-2] == "t64"
@@ -96,7 +96,7 @@ def test_ids_are_stable_and_change_with_the_config():
 def test_history_sweep_and_threshold_sweep_expand():
     cfg = one_pass(cpu_run())
     cfg.workload.history_tokens = [0, 128, 512]
-    cfg.flow.kv_recompute_thresholds = [0, 64, 256]
+    cfg.flow.kv_recompute_threshold = [0, 64, 256]
     plan = make_plan(cfg)
     assert [d.kv_recompute_threshold for d in plan.deployments] == [0, 64, 256]
     assert len({d.deployment_id for d in plan.deployments}) == 3
@@ -146,7 +146,7 @@ def test_on_failure_stop_ends_the_run_only_after_a_failed_deployment(tmp_path):
     ran, failed_job = JobOutcome("1", result={}), JobOutcome("1", error="job failed")
 
     cfg = cpu_run()
-    cfg.flow.kv_recompute_thresholds = [0, 1024]
+    cfg.flow.kv_recompute_threshold = [0, 1024]
     plan = make_plan(cfg)
     first, second = plan.deployments
     store = RunStore(tmp_path)

@@ -189,7 +189,7 @@ def test_the_entry_for_a_deployment_and_what_differs():
 def policy_run(tmp_path, pol: Policy | None = None, **flow):
     cfg = cpu_run()
     cfg.flow.flows = [Flow.policy, Flow.pull, Flow.recompute]
-    cfg.flow.kv_recompute_threshold = 0
+    cfg.flow.kv_recompute_threshold = [0]
     if pol is not None:
         dep = replace(
             LOADED,
@@ -244,8 +244,8 @@ def test_a_policy_of_another_deployment_is_refused_unless_forced(tmp_path):
 
 
 def test_p_keeps_no_threshold_of_its_own_under_the_policy(tmp_path):
-    cfg = policy_run(tmp_path, Policy(["/r"], [LOADED]), kv_recompute_threshold=64)
-    assert "flow.kv_recompute_threshold=64: must be 0 under the policy flow" in messages(
+    cfg = policy_run(tmp_path, Policy(["/r"], [LOADED]), kv_recompute_threshold=[64])
+    assert "flow.kv_recompute_threshold=[64]: must be 0 under the policy flow" in messages(
         check_policy(cfg)
     )
 

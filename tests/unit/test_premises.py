@@ -34,7 +34,7 @@ def only_refusal(*overrides: str) -> str:
 @pytest.mark.parametrize(
     ("preset", "override", "start"),
     [
-        ("decode_cost", "flow.decoder_kv_blocks_ttls_s=[3,20]", "flow.decoder_kv_blocks_ttls_s=3"),
+        ("decode_cost", "flow.decoder_kv_blocks_ttl_s=[3,20]", "flow.decoder_kv_blocks_ttl_s=3"),
         ("smoke", "flow.decoder_kv_blocks_ttl_s=3", "flow.decoder_kv_blocks_ttl_s=3"),
         ("smoke", "flow.decoder_kv_blocks_ttl_s=6", "flow.decoder_kv_blocks_ttl_s=6"),
     ],
@@ -65,7 +65,7 @@ def test_the_shortest_ttl_accepted_is_the_first_the_router_pulls_at():
     assert refusals("+experiment=smoke", "flow.decoder_kv_blocks_ttl_s=3", no_pull) == []
 
 
-COUNTS = "workload.conversation_counts=[2, 4, 8, 12]"
+COUNTS = "workload.conversations=[2, 4, 8, 12]"
 
 
 @pytest.mark.parametrize(
@@ -82,19 +82,19 @@ def test_a_working_set_p_never_evicts_is_refused(override, start, words):
 
 
 def test_counts_within_p_s_cache_are_refused_with_counts_that_evict():
-    found = refusals("+experiment=cache_pressure", "workload.conversation_counts=[1,2]")
-    (evicts,) = [f for f in found if f.startswith("workload.conversation_counts=")]
+    found = refusals("+experiment=cache_pressure", "workload.conversations=[1,2]")
+    (evicts,) = [f for f in found if f.startswith("workload.conversations=")]
     assert "2 conversations x 24 blocks = 48 blocks, fits P's 128 KV blocks" in evicts
     assert "Fix: conversation counts from 6 on (e.g. [3, 6, 12])" in evicts
-    assert refusals("+experiment=cache_pressure", "workload.conversation_counts=[3,6,12]") == []
+    assert refusals("+experiment=cache_pressure", "workload.conversations=[3,6,12]") == []
 
 
 def test_a_concurrency_no_point_reaches_is_refused_whatever_the_premise_switch():
     for extra in ([], ["launch.check_premises=false"]):
         line = only_refusal("+experiment=smoke", "workload.concurrency=64", *extra)
         assert line.startswith("workload.concurrency=64: exceeds workload.conversations (4)")
-    line = only_refusal("+experiment=decode_cost", "workload.concurrencies=[1,8]")
-    assert line.startswith("workload.concurrencies=8: exceeds workload.conversations (6)")
+    line = only_refusal("+experiment=decode_cost", "workload.concurrency=[1,8]")
+    assert line.startswith("workload.concurrency=8: exceeds workload.conversations (6)")
 
 
 def test_one_repetition_is_refused_and_two_warned():

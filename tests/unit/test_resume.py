@@ -48,7 +48,7 @@ def test_the_dry_run_lists_the_points_it_would_skip_and_run_and_writes_nothing(
     cfg = compose_job(["+experiment=smoke", f"dir={run_dir}"])
     plan = make_plan(cfg)
     store = RunStore(run_dir)
-    write_manifest(to_jsonable(cfg), plan, store, "/model")
+    write_manifest([to_jsonable(cfg)], plan, store, "/model")
     agg, *rest = plan.all_points()  # the smoke preset measures several repetitions
     record(store, agg, PointStatus.ok)
     before = sorted((p, p.stat().st_mtime_ns) for p in run_dir.rglob("*"))

@@ -42,7 +42,7 @@ def test_serve_launches_the_runs_deployment_with_its_first_flow_and_says_so(caps
 def test_serve_refuses_a_config_of_several_deployments():
     cfg = cpu_run(dir="/RUN")
     cfg.launch.dry_run = True
-    cfg.flow.kv_recompute_thresholds = [32, 64]
+    cfg.flow.kv_recompute_threshold = [32, 64]
     with pytest.raises(ConfigError, match="command=serve: serves one deployment; this config"):
         serve(cfg, LaunchOrigin.of([]))
 

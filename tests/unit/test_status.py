@@ -15,7 +15,7 @@ def test_status_counts_done_failed_pending_and_names_logs(tmp_path, capsys, monk
     cfg = one_pass(cpu_run(dir=str(tmp_path)))
     plan = make_plan(cfg)
     store = RunStore(tmp_path)
-    write_manifest(to_jsonable(cfg), plan, store, "/model")
+    write_manifest([to_jsonable(cfg)], plan, store, "/model")
     agg, recompute, _pull = plan.all_points()
     store.write_point(PointResult(agg.point_id, "ok", "", "agg", {}, {}), [])
     store.write_point(
@@ -39,7 +39,7 @@ def test_local_jobs_are_running_or_ended_by_their_process(tmp_path, capsys, monk
     monkeypatch.setattr("pdbench.driver.provenance.collect", lambda: {})
     cfg = one_pass(cpu_run(dir=str(tmp_path)))
     store = RunStore(tmp_path)
-    write_manifest(to_jsonable(cfg), make_plan(cfg), store, "/model")
+    write_manifest([to_jsonable(cfg)], make_plan(cfg), store, "/model")
     with open("/proc/sys/kernel/pid_max") as f:
         no_such_pid = f.read().strip()  # pids stay below pid_max
     logs = {"stdout": "o.log", "stderr": "e.log"}
@@ -62,7 +62,7 @@ def test_a_truncated_point_is_named_counted_corrupt_and_the_rest_still_counted(
     cfg = one_pass(cpu_run(dir=str(tmp_path)))
     plan = make_plan(cfg)
     store = RunStore(tmp_path)
-    write_manifest(to_jsonable(cfg), plan, store, "/model")
+    write_manifest([to_jsonable(cfg)], plan, store, "/model")
     agg, recompute, pull = plan.all_points()
     store.write_point(PointResult(agg.point_id, "ok", "", "agg", {}, {}), [])
     store.write_point(PointResult(recompute.point_id, "ok", "", "recompute", {}, {}), [])

@@ -9,6 +9,8 @@ from connector.bench_plan import pending_cases, plan_bench
 from connector.bench_record import flag_reasons, format_table, quantile
 from connector.layout import KVLayout, KVShape
 from connector.ucx_proto import data_transports, parse_proto_info
+from pdbench.config.compose import compose_job
+from pdbench.spec.transfer_bench import bench_spec
 
 pytestmark = pytest.mark.unit
 
@@ -38,16 +40,17 @@ def test_record_ids_are_stable_and_depend_on_what_is_measured():
     assert [c.record_id for c in a.cases] == [c.record_id for c in b.cases]
     c = plan(TransferBenchConfig(tokens=[256], iterations=99))  # how long, not what
     assert [x.record_id for x in c.cases] == [x.record_id for x in a.cases]
-    d = plan(TransferBenchConfig(tokens=[256]), default_ucx_tls="tcp")
+    d = plan(TransferBenchConfig(tokens=[256], ucx_tls=["tcp"]))
     assert not {x.record_id for x in d.cases} & {x.record_id for x in a.cases}
     e = plan(TransferBenchConfig(tokens=[256], merge_descriptors=False))
     assert not {x.record_id for x in e.cases} & {x.record_id for x in a.cases}
 
 
 def test_ucx_variants_default_to_the_transport_setting():
-    assert plan(TransferBenchConfig(), default_ucx_tls="rc,cuda_copy").variants() == [
-        "rc,cuda_copy"
-    ]
+    cfg = compose_job(["+experiment=transfer_bench", "transport=tcp"])
+    assert cfg.bench.ucx_tls == ["tcp"] and bench_spec(cfg).variants() == ["tcp"]
+    given = compose_job(["+experiment=transfer_bench", 'bench.ucx_tls=["",rc]'])
+    assert bench_spec(given).variants() == ["", "rc"]
     spec = plan(TransferBenchConfig(ucx_tls=["", "tcp", "tcp"]))
     assert spec.variants() == ["", "tcp"]
     assert len(spec.cases) == 48

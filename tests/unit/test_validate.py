@@ -159,11 +159,9 @@ def test_agg_needs_an_agg_or_decode_instance():
 
 def test_thresholds_in_range():
     cfg = cpu_run()
-    cfg.flow.kv_recompute_threshold = -1
-    cfg.flow.kv_recompute_thresholds = [32, -5]
+    cfg.flow.kv_recompute_threshold = [32, -5]
     cfg.flow.cache_hit_threshold = 1.5
-    only(cfg, "flow.kv_recompute_threshold", -1, "non-negative")
-    only(cfg, "flow.kv_recompute_thresholds", -5, "non-negative")
+    only(cfg, "flow.kv_recompute_threshold", -5, "non-negative")
     only(cfg, "flow.cache_hit_threshold", 1.5, "[0, 1]")
 
 
@@ -239,7 +237,7 @@ def test_output_jitter_is_checked():
 
 def test_counts_must_be_positive():
     cfg = cpu_run()
-    cfg.workload.conversations = 0
+    cfg.workload.conversations = [0]
     cfg.workload.history_tokens = [-1]
     cfg.cluster.nodes = 0
     only(cfg, "workload.conversations", 0, "positive")
@@ -326,11 +324,14 @@ def test_validate_reads_no_cluster_it_is_not_given():
 
 def test_sweep_axes_and_kv_sampling_are_checked():
     cfg = cpu_run()
-    cfg.flow.decoder_kv_blocks_ttls_s = [20, 0]
-    only(cfg, "flow.decoder_kv_blocks_ttls_s", 0, "must be positive")
+    cfg.flow.decoder_kv_blocks_ttl_s = [20, -1]
+    only(cfg, "flow.decoder_kv_blocks_ttl_s", -1, "is negative")
     cfg = cpu_run()
-    cfg.workload.conversation_counts = [4, 0]
-    only(cfg, "workload.conversation_counts", 0, "1 or more each")
+    cfg.workload.conversations = [4, 0]
+    only(cfg, "workload.conversations", 0, "1 or more")
+    cfg = cpu_run()
+    cfg.workload.concurrency = []
+    only(cfg, "workload.concurrency", [], "has no value")
     cfg = cpu_run()
     cfg.flow.kv_tail = True
     cfg.flow.kv_sample_period_s = 0

@@ -22,7 +22,7 @@ pytestmark = pytest.mark.unit
 
 
 def test_conversations_are_deterministic_and_sized():
-    wl = WorkloadConfig(conversations=3, turns=4, user_tokens=64, seed=1)
+    wl = WorkloadConfig(conversations=[3], turns=4, user_tokens=64, seed=1)
     a = build_conversations(wl, 128, vocab_size=512)
     b = build_conversations(wl, 128, vocab_size=512)
     assert [s.prefix for s in a] == [s.prefix for s in b]
@@ -122,14 +122,14 @@ def test_a_failed_stream_keeps_its_tokens_timed_and_its_e2e_runs_to_the_failure(
 
 def test_long_doc_shares_one_prefix_and_jitter_varies_lengths():
     long_doc = WorkloadConfig(
-        kind=WorkloadKind.long_doc, conversations=3, turns=5, user_tokens=40, seed=3
+        kind=WorkloadKind.long_doc, conversations=[3], turns=5, user_tokens=40, seed=3
     )
     long_doc.user_tokens_jitter = 0.5
     specs = build_conversations(long_doc, 256, 512)
     assert specs[0].prefix == specs[1].prefix == specs[2].prefix
     lengths = {len(u) for s in specs for u in s.user_turns}
     assert len(lengths) > 1 and min(lengths) >= 20 and max(lengths) <= 60
-    multi_turn = WorkloadConfig(conversations=2, turns=1, user_tokens=8, seed=3)
+    multi_turn = WorkloadConfig(conversations=[2], turns=1, user_tokens=8, seed=3)
     multi = build_conversations(multi_turn, 64, 512)
     assert multi[0].prefix != multi[1].prefix
 
@@ -149,7 +149,7 @@ def test_lengths_fixed_uniform_or_lognormal_around_the_mean():
 
 
 def test_output_lengths_are_drawn_per_turn_and_sent_exactly():
-    wl = WorkloadConfig(conversations=2, turns=4, user_tokens=16, output_tokens=8, seed=5)
+    wl = WorkloadConfig(conversations=[2], turns=4, user_tokens=16, output_tokens=8, seed=5)
     fixed = build_conversations(wl, 0, 512)
     assert all(s.output_lens == [8] * 4 for s in fixed)
     wl.output_tokens_jitter, wl.length_distribution = 0.5, "uniform"
@@ -178,7 +178,7 @@ def test_the_seed_benchmarks_shape_common_prefix_lognormal_prefixes_and_turn_ran
     then a prefix of its own whose length is lognormal with the given mean and median ratio
     (vLLM benchmarks/multi_turn's), capped; turns uniform in [turns, turns_max]."""
     wl = WorkloadConfig(
-        conversations=400,
+        conversations=[400],
         turns=6,
         turns_max=9,
         common_prefix_tokens=50,
@@ -205,9 +205,9 @@ def test_the_seed_benchmarks_shape_common_prefix_lognormal_prefixes_and_turn_ran
 def test_a_workload_without_the_new_settings_draws_the_same_tokens_as_before():
     """common prefix 0, ratio 1, no turns_max: the same token ids and lengths as a plain
     multi_turn workload (runs before these settings pair with runs after)."""
-    plain = WorkloadConfig(conversations=3, turns=3, user_tokens=16, user_tokens_jitter=0.5)
+    plain = WorkloadConfig(conversations=[3], turns=3, user_tokens=16, user_tokens_jitter=0.5)
     again = WorkloadConfig(
-        conversations=3,
+        conversations=[3],
         turns=3,
         user_tokens=16,
         user_tokens_jitter=0.5,
@@ -221,7 +221,7 @@ def test_a_workload_without_the_new_settings_draws_the_same_tokens_as_before():
 
 def test_history_edits_fall_on_a_seeded_share_of_turns_the_same_in_every_build():
     wl = WorkloadConfig(
-        conversations=40, turns=6, history_edit=HistoryEdit.mixed, history_edit_share=0.5
+        conversations=[40], turns=6, history_edit=HistoryEdit.mixed, history_edit_share=0.5
     )
     specs = build_conversations(wl, 16, 512)
     edits = [e for s in specs for e in s.edits.values()]
