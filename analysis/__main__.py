@@ -26,6 +26,7 @@ from pathlib import Path
 from analysis.pipeline import run_analysis
 from analysis.wandb_report import log_to_wandb
 from pdbench.results.store import RUN_FOLDERS
+from records.versions import SchemaVersionError
 
 CORRUPT = 3
 
@@ -147,7 +148,11 @@ def main(argv: list[str] | None = None) -> int:
         for k, v in (("ttft_ms", args.slo_ttft_ms), ("tpot_ms", args.slo_tpot_ms))
         if v is not None
     }
-    out = run_analysis(args.run_dirs, out_dir, progress=progress, slo=slo)
+    try:
+        out = run_analysis(args.run_dirs, out_dir, progress=progress, slo=slo)
+    except SchemaVersionError as err:  # a record of a newer pdbench: refused, named
+        print(f"error: {err}", file=sys.stderr)
+        return 2
     print("\n".join(out.summary["answer"]))
     if not args.quiet:
         for note in out.summary["notes"]:

@@ -222,7 +222,7 @@ def analyze_deployment(data: RunData, requests: pd.DataFrame, dep_id: str) -> De
     first = pts.iloc[0]
     notes: list[str] = []
     try:
-        shape = ModelShape.from_dict(data.deployments.get(dep_id, {}).get("model") or {})
+        shape = ModelShape.from_dict(data.model_section(dep_id))
     except ValueError as exc:
         shape = None
         notes.append(f"first principles skipped: {exc}")
@@ -241,7 +241,7 @@ def analyze_deployment(data: RunData, requests: pd.DataFrame, dep_id: str) -> De
         dep_id,
         first["tp_pair"],
         first["model"],
-        str(first.get("ucx_tls", "") or ""),
+        str(first["ucx_tls"] or ""),
         per_xfer,
     )
     if lender and source.startswith(samples.BENCH_SOURCE):
@@ -319,7 +319,7 @@ def analyze_deployment(data: RunData, requests: pd.DataFrame, dep_id: str) -> De
         pull_cost=loads[0].spent
         if len(loads) == 1
         else fit_spent(spent_frame(data.requests, _ok_ids(pts), pull_flow)),
-        placement=str(first.get("placement", "") or ""),
+        placement=str(first["placement"] or ""),
         hosts=_hosts(pts),
     )
 
@@ -340,7 +340,7 @@ def _ok_ids(pts: pd.DataFrame) -> set[str]:
 
 def _hosts(pts: pd.DataFrame) -> dict[str, str]:
     """Where the instances ran, from the first Point that recorded it ({} if none did)."""
-    for text in pts.get("hosts", []):
+    for text in pts["hosts"]:  # a points frame has every POINT_COLUMNS column
         try:
             hosts = json.loads(str(text or "{}"))
         except json.JSONDecodeError:

@@ -13,14 +13,10 @@ A point or request file that is not valid JSON (truncated by a crash, edited by 
 *corrupt* record: named by file in ``RunData.corrupt``, never counted ok;
 ``python -m analysis`` exits non-zero on any unless told ``--skip-corrupt``.
 
-Record fields read beyond ``pdbench.results.store``' dataclasses (absent in older runs, then the
-default): a Point's ``repetition`` (0) and ``order_index`` (-1, its place in its
-Deployment's measured run order); a request's ``ttft_split`` (dict of ms parts) and
-``split_source``, ``tpot_ms``, ``chunk_tokens``.
-
-Trace lines come from the connector plugin, whose field names may differ between versions;
-``TRACE_FIELDS`` below is the one place that says which names are accepted for what. A
-line without bytes or a transfer time is counted as unreadable and skipped.
+Every record is read back into its type (``records.read``: ``PointResult``,
+``RequestRecord``, ``TransferTraceRecord``, ``TransferRecord``), a newer ``schema_version``
+refused with the version named; the frames' columns come from those types' attributes.
+A trace line without bytes (NIXL telemetry off) gets them estimated from its tokens.
 """
 
 from __future__ import annotations
@@ -29,46 +25,22 @@ import json
 import math
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import pandas as pd
 
-from pdbench.results.store import TTFT_SPLIT_PARTS as SPLIT_PARTS
 from pdbench.results.store import CorruptRecord, RunStore
-
-# canonical column -> accepted names, first match wins (connector/transfer_trace.py writes
-# the first name of each). Times in seconds unless the name says ``_ms``/``_us``
-# (converted); ``transfer_s`` falls back to ``end - post`` when absent. ``bytes`` < 0 (NIXL
-# telemetry off) is unknown: the analysis then estimates it from ``tokens``. ``direction``
-# is ``D<-P`` (D reads the hand-off), ``P<-D`` (P pulls the history), ``P->D`` (a push);
-# without one it is derived from ``op`` (READ/WRITE). Lines with ``status`` other than
-# ``ok`` are counted, not used.
-TRACE_FIELDS: dict[str, tuple[str, ...]] = {
-    "request_id": ("request_id", "req_id", "rid", "id"),
-    "direction": ("direction", "dir"),
-    "op": ("op", "kind"),
-    "tokens": ("tokens", "num_tokens", "n_tokens"),
-    "blocks": ("blocks", "num_blocks", "n_blocks"),
-    "bytes": ("bytes", "nbytes", "num_bytes", "size_bytes", "size"),
-    "descriptors": ("descriptors", "num_descs", "descs", "num_descriptors", "descriptor_count"),
-    "post_s": ("post_time", "post_s", "posted_at", "t_post", "start_s", "start", "ts"),
-    "end_s": ("done_time", "end_s", "end", "completed_at", "t_done", "finish_s"),
-    "transfer_s": ("transfer_s", "transfer_time", "xfer_s", "duration_s", "elapsed_s", "time_s"),
-    "transfer_ms": ("transfer_ms", "xfer_ms", "duration_ms", "elapsed_ms", "time_ms"),
-    "transfer_us": ("transfer_us", "xfer_us", "duration_us", "elapsed_us"),
-    "status": ("status",),
-}
+from records import read
+from records.bench import TransferRecord
+from records.point import TTFT_SPLIT_PARTS as SPLIT_PARTS
+from records.point import DeploymentView, PointResult, PointStatus, RequestRecord, view
+from records.read import RecordError, SchemaVersionError
+from records.trace import TransferTraceRecord
 
 Progress = Callable[[str], None]
-
-
-def _first(line: dict[str, Any], names: tuple[str, ...]) -> Any:
-    for name in names:
-        if name in line and line[name] is not None:
-            return line[name]
-    return None
+T = TypeVar("T")
 
 
 def _float(value: Any) -> float | None:
@@ -78,33 +50,25 @@ def _float(value: Any) -> float | None:
         return None
 
 
-def normalize_trace(line: dict[str, Any]) -> dict[str, Any] | None:
-    """One trace line in canonical columns; None without a transfer time or a size."""
-    out: dict[str, Any] = {k: _first(line, TRACE_FIELDS[k]) for k in TRACE_FIELDS}
-    seconds = _float(out.pop("transfer_s"))
-    ms, us, end = _float(out.pop("transfer_ms")), _float(out.pop("transfer_us")), out.pop("end_s")
-    post = _float(out["post_s"])
-    if seconds is None and ms is not None:
-        seconds = ms / 1e3
-    if seconds is None and us is not None:
-        seconds = us / 1e6
-    if seconds is None and _float(end) is not None and post is not None:
-        seconds = _float(end) - post
-    nbytes, tokens = _float(out["bytes"]), _float(out["tokens"])
-    if seconds is None or seconds < 0 or ((nbytes is None or nbytes < 0) and not tokens):
-        return None
-    out["transfer_s"], out["post_s"], out["tokens"] = seconds, post, tokens
-    out["bytes"] = nbytes if nbytes is not None and nbytes >= 0 else math.nan
-    op = str(out["op"] or "").upper()
-    direction = str(out["direction"] or "")
-    if not op:
-        op = "READ" if "<-" in direction else "WRITE" if "->" in direction else ""
-    out["op"] = op
-    out["direction"] = direction or op.lower() or "?"
-    out["status"] = str(out["status"] or "ok")
-    ok = seconds > 0 and out["bytes"] == out["bytes"]
-    out["gb_s"] = out["bytes"] / seconds / 1e9 if ok else math.nan
-    return out
+def trace_row(t: TransferTraceRecord) -> dict[str, Any]:
+    """One traced transfer as a ``traces`` row: ``transfer_s`` and ``post_s`` (seconds),
+    ``bytes`` (NaN when NIXL telemetry was off: the analysis estimates it from ``tokens``)
+    and the GB/s they give."""
+    nbytes = float(t.bytes) if t.bytes >= 0 else math.nan
+    ok = t.transfer_s > 0 and nbytes == nbytes
+    return {
+        "request_id": t.request_id,
+        "direction": t.direction or t.op.lower() or "?",
+        "op": t.op.upper(),
+        "tokens": float(t.tokens),
+        "blocks": t.blocks,
+        "bytes": nbytes,
+        "descriptors": t.descriptors,
+        "post_s": t.post_time,
+        "transfer_s": t.transfer_s,
+        "status": t.status,
+        "gb_s": nbytes / t.transfer_s / 1e9 if ok else math.nan,
+    }
 
 
 def _first_line(text: str) -> str:
@@ -126,72 +90,64 @@ def workload_shape(workload: dict[str, Any]) -> str:
     return json.dumps(shape, sort_keys=True, separators=(",", ":"), default=str)
 
 
-def point_row(run_dir: str, p: dict[str, Any]) -> dict[str, Any]:
-    """The flat row of one PointResult (deployment and workload keys pulled up)."""
-    dep = p.get("deployment") or {}
-    model = dep.get("model") or {}
-    topo = dep.get("topology") or {}
-    pre, dec = topo.get("prefill") or {}, topo.get("decode") or {}
-    wl = p.get("workload") or {}
-    s = p.get("summary") or {}
-    tr = p.get("transfer") or {}
-    history = wl.get("history_tokens", 0)
-    if isinstance(history, list):  # a workload dict that kept the whole sweep axis
-        history = history[0] if len(history) == 1 else -1
-    p_tp, d_tp = int(pre.get("tp", 0) or 0), int(dec.get("tp", 0) or 0)
-    repetition = wl.get("repetition", p.get("repetition", 0))
+def point_row(run_dir: str, p: PointResult) -> dict[str, Any]:
+    """The flat row of one PointResult (its deployment's and workload's fields pulled up)."""
+    dep, wl = p.deployment_view, p.workload_view
+    pre, dec = dep.topology.prefill, dep.topology.decode
+    s, tr, offered = p.summary, p.transfer, p.offered_view
+    p_tp, d_tp = (pre.tp if pre.count else 0), (dec.tp if dec.count else 0)
     return {
         "run_dir": run_dir,
-        "point_id": p.get("point_id", ""),
-        "repetition": int(repetition or 0),
-        "order_index": int(p.get("order_index", -1) if p.get("order_index") is not None else -1),
-        "status": p.get("status", "failed"),
-        "error": _first_line(p.get("error", "")),
-        "flow": p.get("flow", "?"),
-        "deployment_id": dep.get("deployment_id", "?"),
-        "model": model.get("name", "?"),
-        "transport": (dep.get("transport") or {}).get("name", "?"),
-        "ucx_tls": str((dep.get("transport") or {}).get("ucx_tls", "") or ""),
-        "p_count": int(pre.get("count", 0) or 0),
+        "point_id": p.point_id,
+        "repetition": wl.repetition if wl.repetition is not None else p.repetition,
+        "order_index": p.order_index,
+        "status": p.status.value,
+        "error": _first_line(p.error),
+        "flow": p.flow,
+        "deployment_id": dep.deployment_id or "?",
+        "model": dep.model.name or "?",
+        "transport": dep.transport.name or "?",
+        "ucx_tls": dep.transport.ucx_tls,
+        "p_count": pre.count,
         "p_tp": p_tp,
-        "d_count": int(dec.get("count", 0) or 0),
+        "d_count": dec.count,
         "d_tp": d_tp,
         "tp_pair": f"{p_tp}->{d_tp}" if p_tp and d_tp else "agg",
-        "placement": str(topo.get("placement", "")),
-        "threshold": dep.get("kv_recompute_threshold"),
-        "ttl_s": dep.get("decoder_kv_blocks_ttl_s"),
-        "block_size": (dep.get("server") or {}).get("block_size"),
-        "history_tokens": int(history or 0),
-        "kind": wl.get("kind", ""),
-        "workload_shape": workload_shape(wl),
-        "conversations": wl.get("conversations"),
-        "concurrency": wl.get("concurrency"),
-        "arrival": str(wl.get("arrival") or "waves"),
-        "request_rate": float(wl.get("request_rate") or 0.0),
-        "achieved_rate": (p.get("offered_load") or {}).get("achieved_rate"),
-        "kept_up": (p.get("offered_load") or {}).get("kept_up"),
-        "turns": wl.get("turns"),
-        "user_tokens": wl.get("user_tokens", 0),
-        "output_tokens": wl.get("output_tokens", 0),
-        "requests": s.get("requests", 0),
-        "failed_requests": s.get("failed_requests", 0),
-        "ttft_ms_p50": (s.get("ttft_ms") or {}).get("p50"),
-        "ttft_ms_mean": (s.get("ttft_ms") or {}).get("mean"),
-        "itl_ms_p50": (s.get("itl_ms") or {}).get("p50"),
-        "transfer_bytes": tr.get("bytes", 0.0),
-        "transfer_seconds": tr.get("seconds", 0.0),
-        "transfer_count": tr.get("count", 0.0),
-        "started_at": p.get("started_at", 0.0),
-        "finished_at": p.get("finished_at", 0.0),
-        "flags": "; ".join(p.get("flags") or []),
-        "flag_count": len(p.get("flags") or []),
-        "transport_used": json.dumps(p.get("transport_used") or {}, sort_keys=True),
-        "hosts": json.dumps(p.get("hosts") or {}, sort_keys=True),
-        **{f"bill_{k}": v for k, v in (p.get("decode_bill") or {}).items()},
+        "placement": dep.topology.placement,
+        "threshold": dep.kv_recompute_threshold,
+        "ttl_s": dep.decoder_kv_blocks_ttl_s,
+        "block_size": dep.server.block_size or None,
+        "history_tokens": wl.history_tokens,
+        "kind": wl.kind,
+        "workload_shape": workload_shape(p.workload),
+        "conversations": wl.conversations,
+        "concurrency": wl.concurrency,
+        "arrival": wl.arrival or "waves",
+        "request_rate": wl.request_rate,
+        "achieved_rate": offered.achieved_rate,
+        "kept_up": offered.kept_up,
+        "turns": wl.turns,
+        "user_tokens": wl.user_tokens,
+        "output_tokens": wl.output_tokens,
+        "requests": s.requests,
+        "failed_requests": s.failed_requests,
+        "ttft_ms_p50": s.ttft_ms.p50,
+        "ttft_ms_mean": s.ttft_ms.mean,
+        "itl_ms_p50": s.itl_ms.p50,
+        "transfer_bytes": tr.bytes,
+        "transfer_seconds": tr.seconds,
+        "transfer_count": tr.count,
+        "started_at": p.started_at,
+        "finished_at": p.finished_at,
+        "flags": "; ".join(p.flags),
+        "flag_count": len(p.flags),
+        "transport_used": json.dumps(p.transport_used, sort_keys=True),
+        "hosts": json.dumps(p.hosts, sort_keys=True),
+        **{f"bill_{k}": v for k, v in asdict(p.decode_bill).items()},
     }
 
 
-POINT_COLUMNS = list(point_row("", {"point_id": "?"}))
+POINT_COLUMNS = list(point_row("", PointResult("?", PointStatus.failed, "", "?", {}, {})))
 
 
 def shape_kinds(rows: list[dict[str, Any]]) -> None:
@@ -206,7 +162,7 @@ def shape_kinds(rows: list[dict[str, Any]]) -> None:
     shapes: dict[tuple, dict[tuple, dict[str, Any]]] = {}
     for r in rows:
         cell = (r["deployment_id"], r["kind"], r["history_tokens"])
-        load = (r.get("conversations"), r.get("concurrency"))
+        load = (r["conversations"], r["concurrency"])
         fields = json.loads(r.get("workload_shape") or "{}")
         shapes.setdefault(cell, {})[(load, r.get("workload_shape") or "{}")] = fields
     for r in rows:
@@ -215,7 +171,7 @@ def shape_kinds(rows: list[dict[str, Any]]) -> None:
             continue
         name = [r["kind"]]
         if len({load for load, _ in cell}) > 1:
-            name.append(f"{r.get('conversations')} conv x{r.get('concurrency')}")
+            name.append(f"{r['conversations']} conv x{r['concurrency']}")
         mine = json.loads(r.get("workload_shape") or "{}")
         common = set.intersection(*(set(f) for f in cell.values()))
         for key in sorted(common):
@@ -225,7 +181,7 @@ def shape_kinds(rows: list[dict[str, Any]]) -> None:
         r["kind"] = " ".join(name)
 
 
-def turn_rows(point: dict[str, Any], row: dict[str, Any]) -> list[dict[str, Any]]:
+def turn_rows(point: PointResult, row: dict[str, Any]) -> list[dict[str, Any]]:
     keep = (
         "run_dir",
         "point_id",
@@ -237,13 +193,12 @@ def turn_rows(point: dict[str, Any], row: dict[str, Any]) -> list[dict[str, Any]
         "repetition",
     )
     out = []
-    for t in point.get("by_turn") or []:
-        paths = t.get("paths") or {}
+    for t in point.by_turn:
         out.append(
             {
                 **{k: row[k] for k in keep},
-                **{k: v for k, v in t.items() if k != "paths"},
-                "paths": ", ".join(f"{k}:{v}" for k, v in sorted(paths.items())),
+                **{k: v for k, v in asdict(t).items() if k != "paths"},
+                "paths": ", ".join(f"{k}:{v}" for k, v in sorted(t.paths.items())),
             }
         )
     return out
@@ -268,6 +223,15 @@ class RunData:
         """Every corrupt record file, named (never counted ok)."""
         return self.corrupt_points + self.corrupt_requests
 
+    def deployment_view(self, dep_id: str) -> DeploymentView:
+        """The Deployment ``dep_id`` as its Points recorded it, typed."""
+        return view(DeploymentView, self.deployments.get(dep_id, {}))
+
+    def model_section(self, dep_id: str) -> dict[str, Any]:
+        """The model section of Deployment ``dep_id``'s record (``analysis.model_cost`` reads
+        the shape from it); {} when unknown."""
+        return dict(self.deployments.get(dep_id, {}).get("model") or {})
+
     @property
     def ok_points(self) -> pd.DataFrame:
         return self.points[self.points["status"] == "ok"] if len(self.points) else self.points
@@ -277,47 +241,42 @@ def _stderr(msg: str) -> None:
     print(msg, file=sys.stderr, flush=True)
 
 
-def _read_jsonl(path: Path, bad_lines: list[str]) -> list[dict[str, Any]]:
-    """The lines that parse to objects; ``<path>: N unreadable line(s)`` into ``bad_lines``."""
+def _read_jsonl(path: Path, decode: Callable[[Any, str], T], bad_lines: list[str]) -> list[T]:
+    """The lines that parse to records (``decode``); ``<path>: N unreadable line(s)`` into
+    ``bad_lines`` for the others (``SchemaVersionError``: a newer pdbench wrote them, raised)."""
     rows, bad = [], 0
     for line in path.read_text(errors="replace").splitlines():
         if not line.strip():
             continue
         try:
-            row = json.loads(line)
-        except json.JSONDecodeError:
-            bad += 1
-            continue
-        if isinstance(row, dict):
-            rows.append(row)
-        else:
+            rows.append(decode(json.loads(line), str(path)))
+        except (json.JSONDecodeError, RecordError):
             bad += 1
     if bad:
         bad_lines.append(f"{path}: {bad} unreadable line(s)")
     return rows
 
 
-DROPPED = ("output_token_ids", "itl_ms", "chunk_tokens", "ttft_split")
+DROPPED = ("output_token_ids", "itl_ms", "chunk_tokens", "ttft_split", "schema_version")
 
 
-def _request_rows(point: dict[str, Any], row: dict[str, Any], recs: list[dict]) -> list[dict]:
+def _request_rows(row: dict[str, Any], recs: list[RequestRecord]) -> list[dict]:
     out = []
     for r in recs:
-        itl = [x for x in (r.get("itl_ms") or []) if isinstance(x, int | float)]
-        split = r.get("ttft_split") if isinstance(r.get("ttft_split"), dict) else {}
+        split = r.ttft_split
         out.append(
             {
                 "run_dir": row["run_dir"],
                 "point_id": row["point_id"],
                 "deployment_id": row["deployment_id"],
-                "flow": r.get("flow", row["flow"]),
+                "flow": r.flow,
                 "kind": row["kind"],
                 "point_history_tokens": row["history_tokens"],
                 "repetition": row["repetition"],
                 "order_index": row["order_index"],
-                **{k: v for k, v in r.items() if k not in DROPPED},
-                "output_tokens": len(r.get("output_token_ids") or []),
-                "itl_ms_mean": sum(itl) / len(itl) if itl else None,
+                **{k: v for k, v in asdict(r).items() if k not in DROPPED},
+                "output_tokens": len(r.output_token_ids),
+                "itl_ms_mean": sum(r.itl_ms) / len(r.itl_ms) if r.itl_ms else None,
                 **{f"split_{k}": _float(split.get(k)) for k in SPLIT_PARTS if split},
             }
         )
@@ -347,15 +306,16 @@ def _load_traces(
     rows, skipped, failed = [], 0, 0
     for path in sorted((root / "traces").glob("**/*.jsonl")):
         owner = qualify(run, path.parent.name)
-        for line in _read_jsonl(path, notes):  # a torn trace line is a note, not a record
-            norm = normalize_trace(line)
-            if norm is None:
+        # a torn trace line is a note, not a record
+        for line in _read_jsonl(path, read.trace_line, notes):
+            if line.transfer_s < 0 or (line.bytes < 0 and not line.tokens):
                 skipped += 1
                 continue
-            if norm["status"] != "ok":
+            if line.status != "ok":
                 failed += 1
                 continue
-            dep = point_dep.get(owner) or qualify(run, line.get("deployment_id") or "") or owner
+            norm = trace_row(line)
+            dep = point_dep.get(owner) or owner
             point = owner if owner in point_dep else _point_at(windows.get(dep, []), norm["post_s"])
             rows.append(
                 {
@@ -367,41 +327,50 @@ def _load_traces(
                 }
             )
     if skipped:
-        names = ", ".join(f"{k}: {'|'.join(v)}" for k, v in TRACE_FIELDS.items())
-        notes.append(f"{run_dir}: {skipped} trace line(s) without a size or a time ({names})")
+        notes.append(
+            f"{run_dir}: {skipped} trace line(s) without a size (bytes, tokens) or with a "
+            "negative transfer_s"
+        )
     if failed:
         notes.append(f"{run_dir}: {failed} traced transfer(s) failed (status != ok)")
     return rows
+
+
+def bench_row(rec: TransferRecord) -> dict[str, Any]:
+    """One transfer-bench case as a ``bench`` row (lists as text, its times left out)."""
+    flat = {
+        k: (",".join(map(str, v)) if isinstance(v, list) else v) for k, v in asdict(rec).items()
+    }
+    del flat["times_s"]
+    return flat
 
 
 def _load_bench(root: Path, run_dir: str, notes: list[str]) -> list[dict[str, Any]]:
     rows = []
     for path in sorted((root / "transfer_bench").glob("*.json")):
         try:
-            rec = json.loads(path.read_text())
-        except (OSError, json.JSONDecodeError) as exc:
+            rec = read.bench_record(json.loads(path.read_text()), str(path))
+        except (OSError, json.JSONDecodeError, RecordError) as exc:
             notes.append(f"{path}: unreadable transfer-bench record ({exc})")
             continue
-        flat = {k: (",".join(map(str, v)) if isinstance(v, list) else v) for k, v in rec.items()}
-        flat.pop("times_s", None)
-        rows.append({"run_dir": run_dir, **flat})
+        rows.append({"run_dir": run_dir, **bench_row(rec)})
     return rows
 
 
-def _read_point(path: Path, corrupt: list[str]) -> dict[str, Any] | None:
-    """A PointResult dict, or None with ``<path>: <why>`` in ``corrupt``."""
+def _read_point(path: Path, corrupt: list[str]) -> PointResult | None:
+    """A PointResult, or None with ``<path>: <why>`` in ``corrupt`` (``SchemaVersionError``,
+    a record of a newer pdbench, is raised: it is no corrupt record)."""
     try:
-        p = json.loads(path.read_text(errors="replace"))
+        return read.point(json.loads(path.read_text(errors="replace")), str(path))
     except json.JSONDecodeError as exc:
         corrupt.append(f"{path}: not valid JSON (truncated?): {exc}")
-        return None
     except OSError as exc:
         corrupt.append(f"{path}: unreadable: {exc}")
-        return None
-    if not isinstance(p, dict) or not p.get("point_id"):
-        corrupt.append(f"{path}: not a PointResult (no point_id)")
-        return None
-    return p
+    except SchemaVersionError:
+        raise
+    except RecordError as exc:
+        corrupt.append(f"{exc}")
+    return None
 
 
 def run_labels(run_dirs: list[str | Path]) -> dict[str, str]:
@@ -426,13 +395,12 @@ def path_id(record_id: str) -> str:
     return record_id.rsplit(":", 1)[-1]
 
 
-def _qualified(p: dict[str, Any], run: str) -> dict[str, Any]:
+def _qualified(p: PointResult, run: str) -> PointResult:
     """A PointResult whose point and deployment ids name their run (``qualify``)."""
     if not run:
         return p
-    dep = dict(p.get("deployment") or {})
-    dep["deployment_id"] = qualify(run, str(dep.get("deployment_id", "?")))
-    return {**p, "point_id": qualify(run, str(p["point_id"])), "deployment": dep}
+    dep = {**p.deployment, "deployment_id": qualify(run, p.deployment_view.deployment_id)}
+    return replace(p, point_id=qualify(run, p.point_id), deployment=dep)
 
 
 def load_runs(run_dirs: list[str | Path], progress: Progress | None = _stderr) -> RunData:
@@ -444,7 +412,7 @@ def load_runs(run_dirs: list[str | Path], progress: Progress | None = _stderr) -
     bad_requests: list[str] = []
     manifests: dict[str, dict[str, Any]] = {}
     points, turns, requests, traces, bench = [], [], [], [], []
-    read: list[tuple[Path, dict[str, Any], dict[str, Any]]] = []  # (run dir, record, row)
+    measured: list[tuple[Path, PointResult, dict[str, Any]]] = []  # (run dir, record, row)
     deployments: dict[str, dict[str, Any]] = {}
     labels = run_labels(run_dirs) if len(run_dirs) > 1 else {}
     for raw in run_dirs:
@@ -471,17 +439,18 @@ def load_runs(run_dirs: list[str | Path], progress: Progress | None = _stderr) -
                 continue
             p = _qualified(p, run)
             rows.append(point_row(run_dir, p))
-            read.append((root, p, rows[-1]))
+            measured.append((root, p, rows[-1]))
         points.extend(rows)
         traces.extend(_load_traces(root, run_dir, rows, notes, run))
         bench.extend(_load_bench(root, run_dir, notes))
     shape_kinds(points)  # before turns and requests copy each Point's kind
-    for root, p, row in read:
-        deployments.setdefault(row["deployment_id"], p.get("deployment") or {})
+    for root, p, row in measured:
+        deployments.setdefault(row["deployment_id"], p.deployment)
         turns.extend(turn_rows(p, row))
-        req_file = root / (p.get("requests_file") or f"requests/{path_id(row['point_id'])}.jsonl")
+        req_file = root / (p.requests_file or f"requests/{path_id(row['point_id'])}.jsonl")
         if req_file.is_file():
-            requests.extend(_request_rows(p, row, _read_jsonl(req_file, bad_requests)))
+            recs = _read_jsonl(req_file, read.request, bad_requests)
+            requests.extend(_request_rows(row, recs))
     return RunData(
         run_dirs=[Path(d) for d in run_dirs],
         manifests=manifests,
@@ -500,15 +469,17 @@ def load_runs(run_dirs: list[str | Path], progress: Progress | None = _stderr) -
 def records_to_run_data(
     items: list[tuple[dict[str, Any], list[dict[str, Any]]]], run_dir: str = "(memory)"
 ) -> RunData:
-    """A ``RunData`` from (PointResult dict, request dicts) pairs held in memory (the
-    calibration test analyses hundreds of synthetic runs without writing them)."""
-    points, turns, requests = [point_row(run_dir, p) for p, _ in items], [], []
+    """A ``RunData`` from (PointResult, its RequestRecords) pairs held in memory as they are
+    written (JSON objects), read back as from files (the calibration test analyses hundreds
+    of synthetic runs without writing them)."""
+    typed = [(read.point(p), [read.request(r) for r in recs]) for p, recs in items]
+    points, turns, requests = [point_row(run_dir, p) for p, _ in typed], [], []
     shape_kinds(points)
     deployments: dict[str, dict[str, Any]] = {}
-    for (p, recs), row in zip(items, points, strict=True):
-        deployments.setdefault(row["deployment_id"], p.get("deployment") or {})
+    for (p, recs), row in zip(typed, points, strict=True):
+        deployments.setdefault(row["deployment_id"], p.deployment)
         turns.extend(turn_rows(p, row))
-        requests.extend(_request_rows(p, row, recs))
+        requests.extend(_request_rows(row, recs))
     return RunData(
         run_dirs=[Path(run_dir)],
         manifests={},
@@ -541,7 +512,7 @@ def deployment_label(dep_id: str, points: pd.DataFrame, omit: tuple[str, ...] = 
         parts.insert(0, f"run {dep_id.rsplit(':', 1)[0]}")
     if "tp" not in omit:
         parts.append(f"TP {r['tp_pair']}" if r["tp_pair"] != "agg" else "agg")
-    if r.get("placement") and "placement" not in omit:
+    if r["placement"] and "placement" not in omit:
         parts.append(str(r["placement"]))
     thr = r["threshold"]
     if thr is not None and not pd.isna(thr) and "threshold" not in omit:

@@ -15,7 +15,7 @@ import pandas as pd
 
 from analysis.answer import answer_lines, valid
 from analysis.deployment import Context
-from analysis.load import TRACE_FIELDS, RunData, deployment_label
+from analysis.load import RunData, deployment_label
 from analysis.plotting import Plot
 from analysis.question import Answered
 from analysis.stats import CALIBRATION_RUNS, CALIBRATION_SIGMAS
@@ -145,15 +145,12 @@ def provenance_rows(data: RunData) -> list[dict[str, Any]]:
 
 
 def host_rows(data: RunData) -> list[dict[str, Any]]:
+    """Where each instance of each run dir ran (the Points' ``hosts``, last one read wins)."""
     seen: dict[tuple[str, str], str] = {}
-    for run_dir in data.manifests:
-        for path in sorted((Path(run_dir) / "points").glob("*.json")):
-            try:
-                hosts = json.loads(path.read_text()).get("hosts") or {}
-            except (OSError, json.JSONDecodeError):
-                continue
-            for inst, where in hosts.items():
-                seen[(run_dir, inst)] = where
+    pts = data.points
+    for run_dir, text in zip(pts["run_dir"], pts["hosts"], strict=True):
+        for inst, where in json.loads(str(text or "{}")).items():
+            seen[(str(run_dir), inst)] = where
     return [{"run dir": r, "instance": i, "host:port": h} for (r, i), h in sorted(seen.items())]
 
 
@@ -259,9 +256,6 @@ def render(
         STATISTICS,
         "<ul>" + "".join(f"<li>{a.question.method}</li>" for a in answered if a.question.method),
         "</ul>",
-        '<p class="muted">Trace line fields accepted: '
-        + esc("; ".join(f"{k} = {'|'.join(v)}" for k, v in TRACE_FIELDS.items()))
-        + "</p>",
         "<h2>Provenance</h2>",
         table(provenance_rows(data), left=("run dir", "name", "git sha", "packages", "CPU")),
         table(host_rows(data), left=("run dir", "instance", "host:port")),

@@ -53,17 +53,9 @@ from typing import Any
 import numpy as np
 
 from analysis.model_cost import ModelShape, shape
-from pdbench.results.store import (
-    LatencyStats,
-    PointResult,
-    RequestRecord,
-    RunStore,
-    Summary,
-    TransferTotals,
-    TurnRow,
-    write_json_atomic,
-    write_lines_atomic,
-)
+from pdbench.results.store import RunStore, write_json_atomic, write_lines_atomic
+from records.bench import TransferRecord
+from records.point import LatencyStats, PointResult, RequestRecord, Summary, TransferTotals, TurnRow
 
 ITL_MS = 5.0
 # every RequestRecord field with its default (the synthetic requests fill in the rest)
@@ -608,32 +600,44 @@ def _write_bench(root: Path, dep: SyntheticDeployment) -> None:
                 nbytes = int(tokens * dep.transfer_kv_bytes_per_token)
                 median = dep.alpha_s * 0.5 + slow * nbytes / dep.beta_bytes_per_s
                 rid = f"{dep.transport}-{split.replace('->', 'to')}-{layout}-{op}-{tokens}"
-                write_json_atomic(
-                    root / "transfer_bench" / f"{rid}.json",
-                    {
-                        "record_id": rid,
-                        "status": "ok",
-                        "model": dep.model,
-                        "layout": layout,
-                        "tp_split": split,
-                        "tokens": tokens,
-                        "blocks": -(-tokens // 16),
-                        "bytes": nbytes,
-                        "descriptors": dep.shape.num_layers * -(-tokens // 16),
-                        "op": op,
-                        "median_s": median,
-                        "p90_s": median * 1.1,
-                        "gb_s": nbytes / median / 1e9,
-                        "memcpy_gb_s": 5.0,
-                        "backend": "UCX",
-                        "ucx_tls": dep.ucx_tls,
-                        "ucx_transports": ["tcp/lo"] if dep.ucx_tls else ["cma/memory"],
-                        "memory": "DRAM",
-                        "integrity_ok": True,
-                        "flag": False,
-                        "flag_reasons": [],
-                    },
+                blocks = -(-tokens // 16)
+                record = TransferRecord(
+                    record_id=rid,
+                    status="ok",
+                    model=dep.model,
+                    dtype=dep.shape.dtype,
+                    num_layers=dep.shape.num_layers,
+                    num_kv_heads=dep.shape.num_kv_heads,
+                    head_dim=dep.shape.head_dim,
+                    dtype_bytes=2,
+                    block_size=16,
+                    layout=layout,
+                    tp_split=split,
+                    p_tp=dep.p_tp,
+                    d_tp=dep.d_tp,
+                    d_rank=0,
+                    p_rank=0,
+                    tokens=tokens,
+                    blocks=blocks,
+                    bytes=nbytes,
+                    bytes_per_block=nbytes // blocks,
+                    descriptors=dep.shape.num_layers * blocks,
+                    descs_per_block=1,
+                    merge_descriptors=True,
+                    op=op,
+                    initiator="reader" if op == "READ" else "owner",
+                    memory="DRAM",
+                    block_order="scattered",
+                    ucx_tls=dep.ucx_tls,
+                    backend="UCX",
+                    ucx_transports=["tcp/lo"] if dep.ucx_tls else ["cma/memory"],
+                    median_s=median,
+                    p90_s=median * 1.1,
+                    gb_s=nbytes / median / 1e9,
+                    memcpy_gb_s=5.0,
+                    integrity_ok=True,
                 )
+                write_json_atomic(root / "transfer_bench" / f"{rid}.json", asdict(record))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -34,7 +34,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from pdbench.results.store import TTFT_SPLIT_PARTS as PARTS
+from records.point import TTFT_SPLIT_PARTS as PARTS
 
 
 def _sd(values: list[float]) -> float:

@@ -219,7 +219,9 @@ async def pdbench_records(url: str, streams: int, requests: int, tokens: int, pr
     from jobs.workload import LoadGenerator, RequestOptions, build_conversations
     from pdbench.config.schema import WorkloadConfig
 
-    workload = WorkloadConfig(conversations=requests, turns=1, user_tokens=prompts, output_tokens=0)
+    workload = WorkloadConfig(
+        conversations=[requests], turns=1, user_tokens=prompts, output_tokens=0
+    )
     specs = build_conversations(workload, 0, vocab_size=512)
     opts = RequestOptions(url, MODEL, tokens, "agg", salt, timeout_s=120.0)
     return await LoadGenerator(opts, streams, 0.0, 0).run(specs)

@@ -47,66 +47,9 @@ started_at         unix time the case started
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, field
-from typing import Any
 
 from connector.ucx_proto import tcp_fallback
-
-SCHEMA_VERSION = 1
-
-
-@dataclass
-class TransferRecord:
-    record_id: str
-    status: str
-    model: str
-    dtype: str
-    num_layers: int
-    num_kv_heads: int
-    head_dim: int
-    dtype_bytes: int
-    block_size: int
-    layout: str
-    tp_split: str
-    p_tp: int
-    d_tp: int
-    d_rank: int
-    p_rank: int
-    tokens: int
-    blocks: int
-    bytes: int
-    bytes_per_block: int
-    descriptors: int
-    descs_per_block: int
-    merge_descriptors: bool
-    op: str
-    initiator: str
-    memory: str
-    block_order: str
-    ucx_tls: str
-    backend: str = ""
-    ucx_transports: list[str] = field(default_factory=list)
-    nixl_desc_count: int = -1
-    make_xfer_s: float = 0.0
-    iterations: int = 0
-    warmup: int = 0
-    times_s: list[float] = field(default_factory=list)
-    median_s: float = 0.0
-    p90_s: float = 0.0
-    gb_s: float = 0.0
-    memcpy_gb_s: float = 0.0
-    expected_gb_s: float = 0.0
-    integrity_ok: bool = False
-    flag: bool = False
-    flag_reasons: list[str] = field(default_factory=list)
-    host_owner: str = ""
-    host_reader: str = ""
-    started_at: float = 0.0
-    error: str = ""
-    schema_version: int = SCHEMA_VERSION
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+from records.bench import TransferRecord
 
 
 def quantile(values: list[float], q: float) -> float:
@@ -150,7 +93,7 @@ def flag_reasons(
     return reasons
 
 
-def format_table(records: list[dict[str, Any]]) -> str:
+def format_table(records: list[TransferRecord]) -> str:
     """GB/s per token count (columns) for each op, UCX_TLS, layout, split and descs/block.
 
     A ``!`` marks a flagged cell, ``x`` a failed case; ``memcpy`` is the best local copy seen
@@ -158,11 +101,11 @@ def format_table(records: list[dict[str, Any]]) -> str:
     """
     if not records:
         return "(no transfer-bench records)"
-    tokens = sorted({int(r["tokens"]) for r in records})
-    rows: dict[tuple, dict[int, dict[str, Any]]] = {}
+    tokens = sorted({r.tokens for r in records})
+    rows: dict[tuple, dict[int, TransferRecord]] = {}
     for r in records:
-        key = (r["op"], r.get("ucx_tls") or "-", r["layout"], r["tp_split"], r["descs_per_block"])
-        rows.setdefault(key, {})[int(r["tokens"])] = r
+        key = (r.op, r.ucx_tls or "-", r.layout, r.tp_split, r.descs_per_block)
+        rows.setdefault(key, {})[r.tokens] = r
     head = ["op", "ucx_tls", "layout", "split", "d/blk"] + [f"{t} tok" for t in tokens]
     head += ["memcpy", "transport", "descs@max"]
     lines = [head]
@@ -173,19 +116,17 @@ def format_table(records: list[dict[str, Any]]) -> str:
             r = cells.get(t)
             if r is None:
                 row.append("")
-            elif r.get("status") != "ok":
+            elif r.status != "ok":
                 row.append("x")
             else:
-                mark = "!" if r.get("flag") else ""
-                row.append(f"{r['gb_s']:.2f}{mark}")
-        oks = [r for r in cells.values() if r.get("status") == "ok"]
-        memcpy = max((r.get("memcpy_gb_s", 0.0) for r in oks), default=0.0)
+                row.append(f"{r.gb_s:.2f}{'!' if r.flag else ''}")
+        oks = [r for r in cells.values() if r.status == "ok"]
+        memcpy = max((r.memcpy_gb_s for r in oks), default=0.0)
         row.append(f"{memcpy:.2f}" if oks else "")
-        transports = sorted({t for r in oks for t in r.get("ucx_transports", [])})
-        backend = next((r.get("backend") for r in oks if r.get("backend")), "")
+        transports = sorted({t for r in oks for t in r.ucx_transports})
+        backend = next((r.backend for r in oks if r.backend), "")
         row.append(f"{backend}:{'+'.join(transports) or '?'}" if oks else "")
-        biggest = cells[max(cells)]
-        row.append(str(biggest.get("descriptors", "")))
+        row.append(str(cells[max(cells)].descriptors))
         lines.append(row)
     widths = [max(len(line[i]) for line in lines) for i in range(len(head))]
     out = ["  ".join(cell.rjust(w) for cell, w in zip(line, widths, strict=True)) for line in lines]

@@ -9,7 +9,7 @@ transfer's life goes through in vLLM 0.32's workers (``pull_worker._read_blocks`
 ``check_xfer_state`` returning ``DONE``/``ERR`` (completion: one line is written, with
 NIXL's own telemetry) -> ``release_xfer_handle``.
 
-Trace line fields (``schema_version`` 1):
+Trace line fields (``records.trace.TransferTraceRecord``, ``schema_version`` 1):
 
 =================  ================================================================
 request_id         the local request whose transfer this was ("" if not found)
@@ -40,13 +40,12 @@ import os
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 from connector.process_env import ROLE_ENV, TRACE_DIR_ENV
-
-SCHEMA_VERSION = 1
+from records.trace import TransferTraceRecord
 
 
 def direction(role: str, op: str) -> str:
@@ -136,29 +135,27 @@ class TransferTracer:
         tel = _safe(telemetry)
         per_block = max(1, _safe(self.ctx.descs_per_block) or 1)
         blocks = entry.descriptors // per_block
-        self.write(
-            {
-                "schema_version": SCHEMA_VERSION,
-                "request_id": _safe(lambda: self.ctx.request_of(handle)) or "",
-                "remote_request_id": entry.notif.rsplit(":", 1)[0] if entry.notif else "",
-                "role": self.ctx.role,
-                "op": entry.op,
-                "direction": direction(self.ctx.role, entry.op),
-                "engine_id": self.ctx.engine_id,
-                "tp_rank": self.ctx.tp_rank,
-                "tokens": blocks * int(_safe(self.ctx.block_size) or 0),
-                "blocks": blocks,
-                "bytes": int(getattr(tel, "totalBytes", -1)),
-                "descriptors": entry.descriptors,
-                "nixl_desc_count": int(getattr(tel, "descCount", -1)),
-                "post_time": entry.post_time,
-                "transfer_s": done_at - entry.posted_at,
-                "nixl_xfer_s": _us(getattr(tel, "xferDuration", None)),
-                "nixl_post_s": _us(getattr(tel, "postDuration", None)),
-                "backend": _safe(backend) or "",
-                "status": "ok" if state == "DONE" else "failed",
-            }
+        record = TransferTraceRecord(
+            request_id=_safe(lambda: self.ctx.request_of(handle)) or "",
+            remote_request_id=entry.notif.rsplit(":", 1)[0] if entry.notif else "",
+            role=self.ctx.role,
+            op=entry.op,
+            direction=direction(self.ctx.role, entry.op),
+            engine_id=self.ctx.engine_id,
+            tp_rank=self.ctx.tp_rank,
+            tokens=blocks * int(_safe(self.ctx.block_size) or 0),
+            blocks=blocks,
+            bytes=int(getattr(tel, "totalBytes", -1)),
+            descriptors=entry.descriptors,
+            nixl_desc_count=int(getattr(tel, "descCount", -1)),
+            post_time=entry.post_time,
+            transfer_s=done_at - entry.posted_at,
+            nixl_xfer_s=_us(getattr(tel, "xferDuration", None)),
+            nixl_post_s=_us(getattr(tel, "postDuration", None)),
+            backend=_safe(backend) or "",
+            status="ok" if state == "DONE" else "failed",
         )
+        self.write(asdict(record))
 
     def released(self, handle: Any) -> None:
         with self._lock:

@@ -25,7 +25,7 @@ from jobs.serving.router_headers import (
     TURN_HEADER,
     parse_spans,
 )
-from pdbench.results.store import RequestRecord
+from records.point import RequestRecord
 
 
 @dataclass

@@ -16,17 +16,19 @@ tracking failure is printed and does not stop the benchmark: the record is alrea
 from __future__ import annotations
 
 import json
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 from pdbench.config.schema import TrackingBackend, TrackingConfig
+from records.point import PointResult, PointStatus
 
 
 class Tracker:
     """Reports nothing: the default (``tracking=none``)."""
 
-    def log_point(self, point_result: dict[str, Any], config: dict[str, Any]) -> None:
-        """Report one PointResult (``PointResult.to_dict()``) measured under ``config``."""
+    def log_point(self, point: PointResult, config: dict[str, Any]) -> None:
+        """Report one PointResult measured under ``config``."""
 
     def close(self) -> None:
         """Flush and release whatever the tracker holds."""
@@ -44,35 +46,34 @@ def flatten(data: dict[str, Any], prefix: str = "") -> dict[str, Any]:
     return out
 
 
-def point_summary(point: dict[str, Any]) -> dict[str, Any]:
+def point_summary(point: PointResult) -> dict[str, Any]:
     """The scalar results of one Point, flat, as W&B summary keys."""
-    summary = flatten(point.get("summary", {}))
-    summary.update(flatten(point.get("transfer", {}), "transfer/"))
-    summary["status"] = point.get("status", "")
-    summary["error"] = point.get("error", "")
+    summary = flatten(asdict(point.summary))
+    summary.update(flatten(asdict(point.transfer), "transfer/"))
+    summary["status"] = point.status.value
+    summary["error"] = point.error
     return summary
 
 
-def run_name_for(point: dict[str, Any]) -> str:
+def run_name_for(point: PointResult) -> str:
     """The Point's id, which starts with its flow; else the flow is put in front."""
-    point_id, flow = str(point.get("point_id", "")), str(point.get("flow", ""))
-    return point_id if point_id.startswith(flow) else f"{flow}-{point_id}"
+    return (
+        point.point_id
+        if point.point_id.startswith(point.flow)
+        else (f"{point.flow}-{point.point_id}")
+    )
 
 
-def point_tags(point: dict[str, Any]) -> list[str]:
+def point_tags(point: PointResult) -> list[str]:
     """The flow and the deployment's model, topology and transport names."""
-    tags = [str(point.get("flow", ""))]
-    deployment = point.get("deployment") or {}
-    for key in ("model", "topology", "transport"):
-        part = deployment.get(key)
-        if isinstance(part, dict) and part.get("name"):
-            tags.append(str(part["name"]))
+    dep = point.deployment_view
+    tags = [point.flow, dep.model.name, dep.topology.name, dep.transport.name]
     return [t for t in tags if t]
 
 
-def turn_table_rows(point: dict[str, Any]) -> tuple[list[str], list[list[Any]]]:
+def turn_table_rows(point: PointResult) -> tuple[list[str], list[list[Any]]]:
     """Columns and rows of the ``by_turn`` table (``paths`` as JSON text)."""
-    rows = point.get("by_turn", [])
+    rows = [asdict(row) for row in point.by_turn]
     if not rows:
         return [], []
     columns = list(rows[0])
@@ -105,25 +106,24 @@ class WandbTracker(Tracker):
         except (Exception, SystemExit) as exc:  # reporting must not fail a measured job
             print(f"[pdbench] W&B teardown failed: {exc!r}")
 
-    def log_point(self, point_result: dict[str, Any], config: dict[str, Any]) -> None:
+    def log_point(self, point: PointResult, config: dict[str, Any]) -> None:
         try:
-            self._log(point_result, config)
+            self._log(point, config)
         except Exception as exc:  # reporting must not lose a measured benchmark
-            print(f"[pdbench] W&B logging of {point_result.get('point_id')} failed: {exc!r}")
+            print(f"[pdbench] W&B logging of {point.point_id} failed: {exc!r}")
 
-    def _log(self, point: dict[str, Any], config: dict[str, Any]) -> None:
+    def _log(self, point: PointResult, config: dict[str, Any]) -> None:
         import wandb  # lazy: wandb (~1 s) only when a Point is logged
 
         self.logged = True
         self.run_dir.mkdir(parents=True, exist_ok=True)
         run_config = {
             **config,
-            "deployment": point.get("deployment", {}),
-            "workload": point.get("workload", {}),
-            "point_id": point.get("point_id", ""),
-            "flow": point.get("flow", ""),
+            "deployment": point.deployment,
+            "workload": point.workload,
+            "point_id": point.point_id,
+            "flow": point.flow,
         }
-        deployment = point.get("deployment") or {}
         run = wandb.init(
             project=self.cfg.project or "pdbench",
             entity=self.cfg.entity or None,
@@ -131,7 +131,7 @@ class WandbTracker(Tracker):
             dir=str(self.run_dir),
             name=run_name_for(point),
             group=self.run_name,
-            job_type=str(deployment.get("deployment_id") or "point"),
+            job_type=point.deployment_view.deployment_id or "point",
             tags=point_tags(point),
             config=run_config,
             settings=wandb.Settings(
@@ -140,14 +140,14 @@ class WandbTracker(Tracker):
         )
         try:
             columns, rows = turn_table_rows(point)
-            for row in point.get("by_turn", []):
-                scalars = {k: v for k, v in row.items() if isinstance(v, int | float)}
-                run.log({f"turn/{k}": v for k, v in scalars.items()}, step=int(row["turn"]))
+            for row in point.by_turn:
+                scalars = {k: v for k, v in asdict(row).items() if isinstance(v, int | float)}
+                run.log({f"turn/{k}": v for k, v in scalars.items()}, step=row.turn)
             if rows:
                 run.log({"by_turn": wandb.Table(columns=columns, data=rows)})
             run.summary.update(point_summary(point))
         finally:
-            run.finish(exit_code=0 if point.get("status") == "ok" else 1)
+            run.finish(exit_code=0 if point.status is PointStatus.ok else 1)
 
 
 def make_tracker(cfg: TrackingConfig, run_dir: Path, run_name: str) -> Tracker:

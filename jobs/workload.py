@@ -31,7 +31,7 @@ from pdbench.config.schema import WorkloadConfig, WorkloadKind
 from pdbench.plan.arrivals import OPEN, Slot, schedule
 from pdbench.plan.lengths import draw_history, draw_length
 from pdbench.plan.points import only
-from pdbench.results.store import RequestRecord
+from records.point import RequestRecord
 
 T = TypeVar("T")
 

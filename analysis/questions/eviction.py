@@ -156,11 +156,11 @@ def answer(ctx: Context) -> list[EvictionAnswer]:
     saving = pc.per_repetition(req, "recompute", "pull", "ttft_ms")
     out = []
     for dep in sorted({d for d, _ in cells}):
-        server = (data.deployments.get(dep) or {}).get("server") or {}
+        server = data.deployment_view(dep).server
         kinds = [k for d, k in cells if d == dep]
         mine = pts[(pts["deployment_id"] == dep) & (pts["status"] == "ok")]
         counts = mine.groupby("kind")["conversations"].first()
-        if not server.get("prefill_prefix_caching") or counts.nunique() < 2:
+        if not server.prefill_prefix_caching or counts.nunique() < 2:
             continue  # the question needs P's own cache and a swept working set
         sets = []
         for kind in kinds:
@@ -169,8 +169,8 @@ def answer(ctx: Context) -> list[EvictionAnswer]:
                 WorkingSet(
                     kind=kind,
                     conversations=int(counts[kind]),
-                    blocks=_working_set_blocks(req, ids, int(server.get("block_size") or 0)),
-                    capacity=int(server.get("prefill_kv_blocks") or 0),
+                    blocks=_working_set_blocks(req, ids, server.block_size),
+                    capacity=server.prefill_kv_blocks,
                     saving=pc.verdict(saving, dep, kind),
                     shares=_shares(data.turns, ids),
                 )

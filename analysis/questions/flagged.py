@@ -71,7 +71,7 @@ def flagged_points(data: RunData) -> list[FlaggedPoint]:
             point_id=str(p["point_id"]),
             label=deployment_label(p["deployment_id"], pts),
             flow=str(p["flow"]),
-            kind=str(p.get("kind", "") or ""),
+            kind=str(p["kind"] or ""),
             history_tokens=int(p["history_tokens"]),
             repetition=int(p["repetition"]),
             status=str(p["status"]),

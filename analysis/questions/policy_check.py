@@ -236,8 +236,9 @@ def run_slo(ctx: Context) -> dict[str, float]:
 
 def load_of(point: pd.Series) -> float:
     """A Point's load: its offered rate (turns/s) in an open loop, else its concurrency."""
-    if str(point.get("arrival", "waves")) != "waves":
-        return float(point.get("request_rate") or 0.0)
+    open_loop = "arrival" in point.index and str(point["arrival"]) != "waves"
+    if open_loop:  # a frame of Points (load.point_row) has it; a hand-made one may not
+        return float(point["request_rate"] or 0.0)
     return float(point["concurrency"])
 
 

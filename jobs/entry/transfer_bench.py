@@ -21,6 +21,9 @@ from connector.bench import run_bench_task
 from connector.bench_plan import BenchSpec
 from pdbench.results.store import write_json_atomic
 from pdbench.spec.transfer_bench import bench_spec, kv_shape
+from records import read
+from records.bench import TransferRecord
+from records.read import RecordError
 
 __all__ = ["bench_spec", "kv_shape"]  # the sweep's builders, where the driver finds the job
 
@@ -36,19 +39,20 @@ def records_dir(run_dir: str | Path) -> Path:
     return Path(run_dir) / RECORDS_DIR
 
 
-def load_records(run_dir: str | Path) -> list[dict[str, Any]]:
-    """Every transfer-bench record of a run, by file name."""
+def load_records(run_dir: str | Path) -> list[TransferRecord]:
+    """Every transfer-bench record of a run, by file name (one that does not read back as a
+    record is left out: its case runs again)."""
     out = []
     for path in sorted(records_dir(run_dir).glob("*.json")):
         try:
-            out.append(json.loads(path.read_text()))
-        except (OSError, json.JSONDecodeError):
+            out.append(read.bench_record(json.loads(path.read_text()), str(path)))
+        except (OSError, json.JSONDecodeError, RecordError):
             continue
     return out
 
 
 def recorded_ok(run_dir: str | Path) -> set[str]:
-    return {r["record_id"] for r in load_records(run_dir) if r.get("status") == "ok"}
+    return {r.record_id for r in load_records(run_dir) if r.status == "ok"}
 
 
 def task_rank() -> tuple[int, str]:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import statistics
 
 from jobs.measure import metrics as m
-from pdbench.results.store import LatencyStats, RequestRecord, Summary, TransferTotals, TurnRow
+from records.point import LatencyStats, RequestRecord, Summary, TransferTotals, TurnRow
 
 
 def percentile(values: list[float], q: float) -> float:

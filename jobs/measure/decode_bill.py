@@ -22,7 +22,7 @@ from collections.abc import Iterable
 
 from jobs.measure import metrics
 from jobs.measure.kv_sampler import EXPIRED
-from pdbench.results.store import DecodeBill, RequestRecord
+from records.point import DecodeBill, RequestRecord
 
 # turns P prefilled and D decoded
 D_PATHS = ("pull", "recompute", "recompute_expired", "recompute_diverged", "recompute_policy")

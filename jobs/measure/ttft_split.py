@@ -43,7 +43,7 @@ from pathlib import Path
 
 from connector.request_timing import external_id
 from jobs.measure.metrics import pooled_mean_s, pooled_total
-from pdbench.results.store import TTFT_SPLIT_PARTS, RequestRecord
+from records.point import TTFT_SPLIT_PARTS, RequestRecord
 
 PARTS = TTFT_SPLIT_PARTS
 PER_REQUEST = "per_request"

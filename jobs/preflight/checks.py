@@ -16,6 +16,7 @@ from jobs.preflight.spec import NodeExpectation
 from pdbench.results.preflight import CheckResult, failed, passed, skipped
 from pdbench.spec.launch import task_devices
 from pdbench.spec.transfer_probe import TransferProbe
+from records.bench import TransferRecord
 
 
 @dataclass
@@ -267,26 +268,26 @@ TRANSFER_BENCH_FIX = (
 )
 
 
-def transfer_findings(probe: TransferProbe, record: dict | None, error: str = "") -> dict:
+def transfer_findings(probe: TransferProbe, record: TransferRecord | None, error: str = "") -> dict:
     """What the transfer preflight measured, for the node's findings (and so the manifest's
     ``provenance.nodes``): GB/s, the UCX transports that carried the read, what moved where."""
-    record = record or {}
+    ok = record is not None and record.status == "ok"
     return {
-        "gb_s": round(float(record.get("gb_s", 0.0)), 3),
-        "ucx_transports": list(record.get("ucx_transports", [])),
+        "gb_s": round(record.gb_s, 3) if record else 0.0,
+        "ucx_transports": list(record.ucx_transports) if record else [],
         "ucx_tls": probe.ucx_tls,
         "from": f"{probe.owner} ({probe.side(probe.owner_node, probe.owner_gpu)})",
         "to": f"{probe.reader} ({probe.side(probe.reader_node, probe.reader_gpu)})",
         "memory": probe.memory,
         "tp_split": probe.split,
         "tokens": probe.tokens,
-        "bytes": int(record.get("bytes", probe.nbytes)),
-        "median_s": record.get("median_s", 0.0),
-        "memcpy_gb_s": round(float(record.get("memcpy_gb_s", 0.0)), 3),
-        "integrity_ok": bool(record.get("integrity_ok", False)),
+        "bytes": record.bytes if record else probe.nbytes,
+        "median_s": record.median_s if record else 0.0,
+        "memcpy_gb_s": round(record.memcpy_gb_s, 3) if record else 0.0,
+        "integrity_ok": record.integrity_ok if record else False,
         "expected_gb_s": probe.expected_gb_s,
         "floor_gb_s": probe.floor_gb_s,
-        "error": error or (record.get("error", "") if record.get("status") != "ok" else ""),
+        "error": error or (record.error if record and not ok else ""),
     }
 
 

@@ -25,6 +25,8 @@ from jobs.preflight.checks import check_transfer, transfer_findings
 from pdbench.results.preflight import CheckResult
 from pdbench.spec.launch import task_devices
 from pdbench.spec.transfer_probe import TransferProbe
+from records import read
+from records.read import RecordError
 
 JOB_ID = "preflight"  # connector.bench's rendezvous: <work>/rendezvous/<job id>/v0
 RECORD = "record.json"  # the reader's record
@@ -118,8 +120,8 @@ def run_transfer(
             else check_transfer(probe, None)
         ), None
     try:
-        record = json.loads((work / RECORD).read_text())
-    except (OSError, json.JSONDecodeError):
+        record = read.bench_record(json.loads((work / RECORD).read_text()), RECORD)
+    except (OSError, json.JSONDecodeError, RecordError):
         record = None
     error = "" if record else "; ".join(errors.values()) or "the reader wrote no record"
     found = transfer_findings(probe, record, error)

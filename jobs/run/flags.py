@@ -11,8 +11,8 @@ from connector.ucx import expand, unexpected_path
 from connector.ucx_proto import tcp_fallback
 from jobs.serving.server_log import expired_unread_leases, failed_loads, recomputed_loads
 from pdbench.config.schema import TransportConfig
-from pdbench.results.store import TransferTotals
 from pdbench.spec.launch import InstanceSpec
+from records.point import OfferedLoadView, TransferTotals
 
 # What vLLM did with a failed KV load under each server.kv_load_failure_policy.
 AFTER_FAILED_LOAD = {"recompute": "recomputed their blocks", "fail": "failed their requests"}
@@ -136,14 +136,14 @@ def expired_lease_flags(router_stats: dict, ttl_s: int) -> list[str]:
     ]
 
 
-def open_loop_flags(offered_load: dict) -> list[str]:
+def open_loop_flags(offered_load: OfferedLoadView) -> list[str]:
     """An open loop the deployment did not keep up with: its latencies are a queue's."""
-    if not offered_load or offered_load.get("kept_up", True):
+    if offered_load.kept_up is None or offered_load.kept_up:
         return []
     return [
-        f"open loop: {offered_load['late_share']:.0%} of turns went out late (p90 "
-        f"{offered_load['lateness_p90_ms']:,.0f} ms behind their slot): the deployment did not "
-        f"keep up with {offered_load['offered_rate']:g} turns/s (achieved "
-        f"{offered_load['achieved_rate']:.2f}/s); its latencies are those of a growing queue "
+        f"open loop: {offered_load.late_share:.0%} of turns went out late (p90 "
+        f"{offered_load.lateness_p90_ms:,.0f} ms behind their slot): the deployment did not "
+        f"keep up with {offered_load.offered_rate:g} turns/s (achieved "
+        f"{offered_load.achieved_rate:.2f}/s); its latencies are those of a growing queue "
         "(lower workload.request_rate)"
     ]

@@ -24,8 +24,9 @@ from jobs.run.warm_up import warm_up
 from jobs.tracking import make_tracker
 from pdbench.config.schema import TrackingConfig
 from pdbench.plan.deployments import Deployment
-from pdbench.results.store import PointResult, PointStatus, RunStore
+from pdbench.results.store import RunStore
 from pdbench.spec.launch import DeploymentSpec
+from records.point import PointResult, PointStatus
 
 
 @dataclass
@@ -81,7 +82,7 @@ def measure_points(
         result, records = measure_point(serving, point, store, task, label)
         task.check_leaving()  # cut short: no record, the requeued job measures it
         store.write_point(result, records)
-        tracker.log_point(result.to_dict(), run_config)
+        tracker.log_point(result, run_config)
         measured.append(result)
         if result.status is PointStatus.ok:
             counts.ok += 1

@@ -12,7 +12,8 @@ from __future__ import annotations
 from typing import Protocol
 
 from pdbench.plan.points import Point
-from pdbench.results.store import PointResult, PointStatus, RunStore
+from pdbench.results.store import RunStore
+from records.point import PointResult, PointStatus
 
 
 class NextPoints(Protocol):

@@ -27,9 +27,10 @@ from pdbench.config.schema import Flow, WorkloadKind
 from pdbench.plan import arrivals
 from pdbench.plan.deployments import Deployment
 from pdbench.plan.points import Point, only
-from pdbench.results.store import PointResult, PointStatus, RequestRecord, RunStore
+from pdbench.results.store import RunStore
 from pdbench.spec.launch import DeploymentSpec
 from pdbench.spec.serve_command import served_model_name
+from records.point import PointResult, PointStatus, RequestRecord
 
 KV_TAIL_MARGIN_S = 5.0  # flow.kv_tail samples D at most its TTL plus this after the load
 
@@ -113,7 +114,7 @@ def measure_point(
         *flags.kv_load_flags("".join(stretch.values())),
         *flags.handoff_flags(result.router),
         *flags.expired_lease_flags(result.router, dep.decoder_kv_blocks_ttl_s),
-        *flags.open_loop_flags(result.offered_load),
+        *flags.open_loop_flags(result.offered_view),
     ]
     result.trace_files = sorted(
         str(p.relative_to(store.root)) for p in Path(ran.traces_dir).glob("*.jsonl")

@@ -17,36 +17,35 @@ from jobs.run.servers import say
 from pdbench.plan.crossover_search import Block, Observation, Round, SearchPlan, next_round
 from pdbench.plan.deployments import Deployment
 from pdbench.plan.points import Point, make_point, randomized_blocks, shape_workload
-from pdbench.results.store import PointResult, PointStatus, RunStore, write_json_atomic
+from pdbench.results.store import RunStore, write_json_atomic
+from records.point import PointResult, PointStatus
 
 ROUND_SEED_STRIDE = 7919  # round r's blocks are shuffled with order_seed + stride * r
 
 
-def block_of(record: dict) -> Block:
-    wl = record.get("workload", {})
-    return Block(
-        int(wl.get("history_tokens", 0)), int(wl.get("concurrency", 1)), record["repetition"]
-    )
+def block_of(record: PointResult) -> Block:
+    wl = record.workload_view
+    return Block(wl.history_tokens, wl.concurrency or 1, record.repetition)
 
 
-def differing_turns_ms(record: dict) -> float | None:
+def differing_turns_ms(record: PointResult) -> float | None:
     """Mean TTFT of the turns where the flows differ (turn 2 on), weighted by requests."""
-    rows = [r for r in record.get("by_turn", []) if r.get("turn", 1) >= 2 and r.get("requests")]
-    total = sum(r["requests"] for r in rows)
+    rows = [r for r in record.by_turn if r.turn >= 2 and r.requests]
+    total = sum(r.requests for r in rows)
     if not total:
         return None
-    return sum(r["ttft_ms_mean"] * r["requests"] for r in rows) / total
+    return sum(r.ttft_ms_mean * r.requests for r in rows) / total
 
 
-def observations(records: list[dict], pull_flow: str) -> list[Observation]:
+def observations(records: list[PointResult], pull_flow: str) -> list[Observation]:
     """One paired saving per block with an ok record of recompute and of ``pull_flow``."""
     by_block: dict[Block, dict[str, float]] = defaultdict(dict)
     for record in records:
-        if record.get("status") != PointStatus.ok.value:
+        if record.status is not PointStatus.ok:
             continue
         ttft = differing_turns_ms(record)
         if ttft is not None:
-            by_block[block_of(record)][record["flow"]] = ttft
+            by_block[block_of(record)][record.flow] = ttft
     out = []
     for block, flows in sorted(by_block.items()):
         if "recompute" in flows and pull_flow in flows:
@@ -98,17 +97,13 @@ class SearchPoints:
             self.queue = self._points(step)
         return self.queue.pop(0)
 
-    def _records(self) -> list[dict]:
+    def _records(self) -> list[PointResult]:
         mine = self.dep.deployment_id
-        return [
-            r
-            for r in self.store.iter_points()
-            if r.get("deployment", {}).get("deployment_id") == mine
-        ]
+        return [r for r in self.store.iter_points() if r.deployment_view.deployment_id == mine]
 
     def _next_round(self) -> Round:
         records = self._records()
-        spent = sum(max(r.get("finished_at", 0) - r.get("started_at", 0), 0) for r in records)
+        spent = sum(max(r.finished_at - r.started_at, 0) for r in records)
         step = next_round(
             self.plan,
             observations(records, self.pull_flow),

@@ -26,9 +26,10 @@ from jobs.run.state import TaskState
 from jobs.serving.router_metrics import metrics_urls
 from pdbench.plan.deployments import Deployment
 from pdbench.plan.points import Point
-from pdbench.results.store import PointResult, RunStore, write_json_atomic
+from pdbench.results.store import RunStore, write_json_atomic
 from pdbench.spec.launch import DeploymentSpec
 from pdbench.spec.serve_command import served_model_name
+from records.point import PointResult
 
 POLL_S = 1.0  # how often the serving task looks for a signal or a dead server
 

@@ -37,8 +37,9 @@ from pdbench.plan.crossover_search import SearchPlan
 from pdbench.plan.deployments import Deployment
 from pdbench.plan.points import Point
 from pdbench.results.preflight import read_reports, reports_dir
-from pdbench.results.store import PointStatus, RunStore, write_json_atomic
+from pdbench.results.store import RunStore, write_json_atomic
 from pdbench.spec.launch import DeploymentSpec, map_devices, resolve
+from records.point import PointStatus
 
 
 class DeploymentTask:

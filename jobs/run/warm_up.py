@@ -16,15 +16,23 @@ from jobs.workload import LoadGenerator, RequestOptions, build_conversations, ru
 from pdbench.config.schema import WorkloadConfig
 from pdbench.plan.deployments import Deployment
 from pdbench.plan.points import Point
-from pdbench.results.store import RequestRecord, RunStore, write_lines_atomic
+from pdbench.results.store import RunStore, write_lines_atomic
 from pdbench.spec.serve_command import served_model_name
 from pdbench.traffic.recorded import WARMUP_TAG
+from records.point import RequestRecord
+
+
+def warm_workload(dep: Deployment) -> tuple[WorkloadConfig, int]:
+    """The warm-up's workload and its conversations: one per (P, D) pair, two short turns."""
+    n = max(len(dep.by_role("prefill")) * len(dep.by_role("decode")), 1)
+    return WorkloadConfig(
+        conversations=[n], turns=2, user_tokens=32, output_tokens=4, seed=12345
+    ), n
 
 
 def warm_up(dep: Deployment, points: list[Point], router_url: str, store: RunStore) -> None:
     cases = list(dict.fromkeys((p.flow, p.history_tokens) for p in points))
-    n = max(len(dep.by_role("prefill")) * len(dep.by_role("decode")), 1)
-    warm = WorkloadConfig(conversations=n, turns=2, user_tokens=32, output_tokens=4, seed=12345)
+    warm, n = warm_workload(dep)
     model = served_model_name(dep)
 
     async def go():

@@ -23,11 +23,12 @@ from pdbench.driver.tiny_model import model_path_for
 from pdbench.plan.attempt import attempt_line, job_points
 from pdbench.plan.deployments import Plan, make_plan
 from pdbench.results.manifest import LaunchOrigin
-from pdbench.results.store import PointStatus, RunStore
+from pdbench.results.store import RunStore
 from pdbench.spec.launch import LaunchSpec, build_launch, describe
 from pdbench.spec.vllm_install import cluster_servers_vllm
 from pdbench.validate.environment import dry_run_note
 from pdbench.validate.trace import replay_of
+from records.point import PointStatus
 
 
 class Ended(Enum):
@@ -175,5 +176,5 @@ def finish_sweep(launches: list[Launched]) -> bool:
     for root in run_dirs:
         store = RunStore(root)
         print_run_table(store.iter_points(), str(root))
-        ok = ok and all(p.get("status") == PointStatus.ok for p in store.iter_points())
+        ok = ok and all(p.status is PointStatus.ok for p in store.iter_points())
     return ok

@@ -22,8 +22,9 @@ from pdbench.driver.progress import JobOutcome
 from pdbench.plan.deployments import Deployment, Plan
 from pdbench.results.jsonable import to_jsonable
 from pdbench.results.manifest import LaunchOrigin, mixed_launch_problem, with_launch
-from pdbench.results.store import PointStatus, RunStore
+from pdbench.results.store import RunStore
 from pdbench.validate.environment import check_environment
+from records.point import PointStatus
 
 
 def point_states(plan: Plan, store: RunStore) -> dict[str, PointStatus]:
@@ -283,4 +284,4 @@ class RunDir:
         return stop_after(self.cfg, self.plan, self.store, dep, outcome)
 
     def all_ok(self) -> bool:
-        return all(p.get("status") == PointStatus.ok for p in self.store.iter_points())
+        return all(p.status is PointStatus.ok for p in self.store.iter_points())

@@ -13,6 +13,7 @@ from pdbench.driver.leftovers import run_processes, stop_processes
 from pdbench.driver.serve import serving_lines
 from pdbench.results.manifest import history_lines
 from pdbench.results.store import CorruptRecord, RunStore
+from records.point import PointStatus
 
 POINT_STATES = ("ok", "failed", "corrupt", "pending")
 
@@ -103,10 +104,10 @@ def count_points(store: RunStore, point_ids: list[str]) -> tuple[dict[str, int],
             counts["corrupt"] += 1
             notes.append(f"    corrupt {err} (a rerun measures it again)")
             continue
-        state = "pending" if rec is None else str(rec.get("status", "failed"))
+        state = "pending" if rec is None else rec.status.value
         counts[state] = counts.get(state, 0) + 1
-        if state == "failed":
-            first = str(rec.get("error") or "").splitlines()[:1]
+        if rec is not None and rec.status is not PointStatus.ok:
+            first = rec.error.splitlines()[:1]
             notes.append(f"    failed {pid}: {first[0] if first else ''}")
     return counts, notes
 

@@ -42,7 +42,7 @@ def run_transfer_bench(cfg: RunConfig) -> Path:
     wanted = {c.record_id for c in spec.cases}
 
     def recorded() -> str:
-        done = {r["record_id"] for r in transfer_bench.load_records(cfg.dir)}
+        done = {r.record_id for r in transfer_bench.load_records(cfg.dir)}
         return f"{len(wanted & done)}/{len(wanted)}"
 
     (outcome,) = follow(submitted, recorded)

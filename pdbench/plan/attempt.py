@@ -21,6 +21,7 @@ from pdbench.plan.deployments import Plan
 from pdbench.plan.lengths import longest_history
 from pdbench.plan.prefill_wave import in_flight, prefill_seconds
 from pdbench.spec.sbatch import signal_delay_s
+from records.point import PointResult, PointStatus
 
 DECODE_STEP_S = 0.03  # assumed: one decode step of a batch under load on a GPU (rough)
 POINT_OVERHEAD_S = 10.0  # assumed: a Point's own bookkeeping (scrapes, records, KV samples)
@@ -96,12 +97,12 @@ def estimated_point_s(cfg: RunConfig, history: int) -> float | None:
     return batches * seconds + tail + POINT_OVERHEAD_S
 
 
-def median_point_s(records: list[dict]) -> float | None:
+def median_point_s(records: list[PointResult]) -> float | None:
     """The median duration of the Points recorded ok (None: none recorded)."""
     spans = sorted(
-        r["finished_at"] - r["started_at"]
+        r.finished_at - r.started_at
         for r in records
-        if r.get("status") == "ok" and r.get("finished_at", 0) > r.get("started_at", 0) > 0
+        if r.status is PointStatus.ok and r.finished_at > r.started_at > 0
     )
     if not spans:
         return None

@@ -60,7 +60,7 @@ def own_client(url: str, model: str, salt: str) -> list[dict]:
     from pdbench.config.schema import ClientApi, WorkloadConfig
 
     wl = WorkloadConfig(
-        conversations=PROMPTS, turns=1, user_tokens=INPUT, output_tokens=OUTPUT, seed=7
+        conversations=[PROMPTS], turns=1, user_tokens=INPUT, output_tokens=OUTPUT, seed=7
     )
     wl.api = ClientApi.chat
     specs = build_conversations(wl, 0, vocab_size=512)

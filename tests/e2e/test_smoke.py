@@ -7,7 +7,7 @@ import json
 import pytest
 
 from connector.nixl_progress import CPU_DELAY_US
-from pdbench.results.store import TTFT_SPLIT_PARTS
+from records.point import TTFT_SPLIT_PARTS
 from tests.e2e.conftest import (
     SMOKE,
     all_points,

@@ -11,7 +11,7 @@ import pytest
 
 from jobs.tracking import Tracker, make_tracker
 from pdbench.config.schema import TrackingBackend, TrackingConfig
-from pdbench.results.store import LatencyStats, PointResult, Summary, TransferTotals, TurnRow
+from records.point import LatencyStats, PointResult, Summary, TransferTotals, TurnRow
 
 pytestmark = pytest.mark.e2e
 
@@ -127,7 +127,7 @@ def test_one_offline_run_per_point_with_summary_config_and_turn_table(wandb_env)
     tracker = make_tracker(TrackingConfig(backend=TrackingBackend.wandb), run_dir, "smoke-test")
     point = synthetic_point()
     config = {"name": "smoke-test", "model": {"name": "tiny_llama"}, "flow": {"flows": ["pull"]}}
-    tracker.log_point(point.to_dict(), config)
+    tracker.log_point(point, config)
     tracker.close()
 
     runs = sorted((run_dir / "wandb").glob("offline-run-*"))
@@ -159,7 +159,7 @@ def test_each_point_gets_its_own_run(wandb_env):
     for flow in ("agg", "pull"):
         point = synthetic_point()
         point.flow, point.point_id = flow, f"{flow}-h0-0123456789"
-        tracker.log_point(point.to_dict(), {"name": "run"})
+        tracker.log_point(point, {"name": "run"})
     tracker.close()
     assert len(list((run_dir / "wandb").glob("offline-run-*"))) == 2
 
@@ -167,7 +167,7 @@ def test_each_point_gets_its_own_run(wandb_env):
 def test_none_backend_reports_nothing(tmp_path):
     tracker = make_tracker(TrackingConfig(), tmp_path, "x")
     assert type(tracker) is Tracker
-    tracker.log_point(synthetic_point().to_dict(), {})
+    tracker.log_point(synthetic_point(), {})
     tracker.close()
     assert list(tmp_path.iterdir()) == []
 
@@ -184,7 +184,7 @@ def test_close_returns_once_w_and_b_has_written_everything(wandb_env):
 
     run_dir = wandb_env / "run"
     tracker = make_tracker(TrackingConfig(backend=TrackingBackend.wandb), run_dir, "run")
-    tracker.log_point(synthetic_point().to_dict(), {"name": "run"})
+    tracker.log_point(synthetic_point(), {"name": "run"})
     assert services(), "no W&B service process: nothing to wait for"
     tracker.close()
     assert services() == []

@@ -6,11 +6,11 @@ import json
 
 import pytest
 
-from connector.bench_record import TransferRecord
 from connector.layout import KVLayout, TPSplit, block_transfer
 from jobs.entry.transfer_bench import bench_spec, kv_shape, load_records
 from pdbench.config.schema import ModelConfig, RunConfig
 from pdbench.driver.transfer_bench import run_transfer_bench
+from records.bench import TransferRecord
 from tests.e2e.conftest import run_pdbench
 from tests.e2e.test_local_slurm import local_slurm  # noqa: F401 - the cluster fixture
 
@@ -50,41 +50,40 @@ def test_dram_bench_records_every_case_with_intact_data(tmp_path, capsys):
     out = run_transfer_bench(cfg)
 
     records = load_records(cfg.dir)
-    assert {r["record_id"] for r in records} == {c.record_id for c in spec.cases}
+    assert {r.record_id for r in records} == {c.record_id for c in spec.cases}
     assert len(records) == 2 * 2 * 2 * 2 * 2  # ops x layouts x splits x descs/block x tokens
     assert sorted(p.name for p in out.glob("*.json")) == sorted(
         f"{c.record_id}.json" for c in spec.cases
     )
     shape = kv_shape(cfg)
     for r in records:
-        assert r["status"] == "ok", r["error"]
-        assert set(r) >= SCHEMA_FIELDS
-        assert set(r) == set(TransferRecord.__dataclass_fields__)
-        assert r["integrity_ok"] is True
-        assert r["backend"] == "UCX"
-        assert r["memory"] == "DRAM"
-        assert r["blocks"] == shape.blocks_for(r["tokens"])
-        split = TPSplit.parse(r["tp_split"])
+        assert r.status == "ok", r.error
+        assert isinstance(r, TransferRecord)  # read back into its type
+        assert r.integrity_ok is True
+        assert r.backend == "UCX"
+        assert r.memory == "DRAM"
+        assert r.blocks == shape.blocks_for(r.tokens)
+        split = TPSplit.parse(r.tp_split)
         one_block = block_transfer(
-            shape, KVLayout(r["layout"]), split, r["d_rank"], [0], [0],
-            d_num_blocks=1, p_num_blocks=1, descs_per_block=r["descs_per_block"],
+            shape, KVLayout(r.layout), split, r.d_rank, [0], [0],
+            d_num_blocks=1, p_num_blocks=1, descs_per_block=r.descs_per_block,
         )  # fmt: skip
-        assert r["bytes"] == r["blocks"] * one_block.bytes_per_block
-        assert r["bytes"] == r["blocks"] * shape.bytes_per_block // split.d_tp
-        assert r["descriptors"] == r["blocks"] * one_block.descriptors
-        assert len(r["times_s"]) == 3 and r["median_s"] > 0 and r["gb_s"] > 0
-        assert r["p90_s"] >= r["median_s"]
-        assert r["memcpy_gb_s"] > 0
-        assert r["ucx_transports"], "the UCX protocol tables named no transport"
-        assert r["host_owner"] and r["host_reader"]
-        assert r["initiator"] == ("reader" if r["op"] == "READ" else "owner")
+        assert r.bytes == r.blocks * one_block.bytes_per_block
+        assert r.bytes == r.blocks * shape.bytes_per_block // split.d_tp
+        assert r.descriptors == r.blocks * one_block.descriptors
+        assert len(r.times_s) == 3 and r.median_s > 0 and r.gb_s > 0
+        assert r.p90_s >= r.median_s
+        assert r.memcpy_gb_s > 0
+        assert r.ucx_transports, "the UCX protocol tables named no transport"
+        assert r.host_owner and r.host_reader
+        assert r.initiator == ("reader" if r.op == "READ" else "owner")
     # NHD with a head split reads one run per token: block_size times the descriptors of HND.
-    by_key = {(r["op"], r["layout"], r["tp_split"], r["descs_per_block"], r["tokens"]): r
+    by_key = {(r.op, r.layout, r.tp_split, r.descs_per_block, r.tokens): r
               for r in records}  # fmt: skip
     hnd = by_key[("READ", "HND", "1->2", 1, 256)]
     nhd = by_key[("READ", "NHD", "1->2", 1, 256)]
-    assert nhd["descriptors"] == 32 * hnd["descriptors"]
-    assert nhd["bytes"] == hnd["bytes"]
+    assert nhd.descriptors == 32 * hnd.descriptors
+    assert nhd.bytes == hnd.bytes
 
     table = capsys.readouterr().out
     assert "READ" in table and "WRITE" in table and "256 tok" in table
@@ -106,6 +105,8 @@ def test_records_are_plain_json_files(tmp_path):
     assert len(files) == 2
     for path in files:
         record = json.loads(path.read_text())
+        assert set(record) >= SCHEMA_FIELDS
+        assert set(record) == set(TransferRecord.__dataclass_fields__)
         assert record["schema_version"] == 1
         assert record["tp_split"] == "1->2" and record["d_rank"] == 1 and record["p_rank"] == 0
     assert not list(out.glob(".*")), "a temp file was left behind"
@@ -128,10 +129,10 @@ def test_bench_runs_across_the_two_local_slurm_nodes(local_slurm, tmp_path):  # 
     )
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
     records = load_records(str(run_dir))
-    assert {r["op"] for r in records} == {"READ", "WRITE"}
+    assert {r.op for r in records} == {"READ", "WRITE"}
     for r in records:
-        assert r["status"] == "ok" and r["integrity_ok"] is True, r["error"]
+        assert r.status == "ok" and r.integrity_ok is True, r.error
         # One task per SLURM node: the owner's KV lives on one node, the reader on the other.
-        assert {r["host_owner"], r["host_reader"]} == {"node1", "node2"}, r
+        assert {r.host_owner, r.host_reader} == {"node1", "node2"}, r
     submitted = (run_dir / "logs" / "transfer_bench" / "submitit").glob("*_submitted.pkl")
     assert list(submitted), "no SLURM submission"

@@ -42,15 +42,15 @@ def test_vram_bench_moves_intact_kv_and_names_its_transport(tmp_path):
     spec = bench_spec(cfg)
     run_transfer_bench(cfg)
     records = load_records(cfg.dir)
-    assert {r["record_id"] for r in records} == {c.record_id for c in spec.cases}
+    assert {r.record_id for r in records} == {c.record_id for c in spec.cases}
     shape = kv_shape(cfg)
     for r in records:
-        assert r["status"] == "ok", r["error"]
-        assert r["memory"] == "VRAM"
-        assert r["integrity_ok"] is True
-        assert r["bytes"] == r["blocks"] * shape.bytes_per_block // r["d_tp"]
-        assert r["memcpy_gb_s"] > 0 and r["gb_s"] > 0
-        assert r["ucx_transports"], "UCX named no transport for a VRAM transfer"
+        assert r.status == "ok", r.error
+        assert r.memory == "VRAM"
+        assert r.integrity_ok is True
+        assert r.bytes == r.blocks * shape.bytes_per_block // r.d_tp
+        assert r.memcpy_gb_s > 0 and r.gb_s > 0
+        assert r.ucx_transports, "UCX named no transport for a VRAM transfer"
         # A TCP data path between GPUs must never pass unflagged (UCX's silent fallback).
-        if any(t.startswith("tcp") for t in r["ucx_transports"]):
-            assert r["flag"] and "tcp_data_path" in r["flag_reasons"]
+        if any(t.startswith("tcp") for t in r.ucx_transports):
+            assert r.flag and "tcp_data_path" in r.flag_reasons

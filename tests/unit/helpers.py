@@ -13,6 +13,7 @@ from pdbench.config.schema import (
     TopologyConfig,
     TransportConfig,
 )
+from records.bench import TransferRecord
 
 
 def tiny_model() -> ModelConfig:
@@ -117,3 +118,37 @@ def planted_policy(cfg: RunConfig, path):
 
     target = policy_target(cfg.model, cfg.topology, cfg.transport, cfg.server)
     return policy_file.write(path, planted_policy_for(target))
+
+
+def bench_record(**fields) -> TransferRecord:
+    """A transfer-bench record as ``connector.bench`` writes one, ``fields`` changed."""
+    base = dict(
+        record_id="r",
+        status="ok",
+        model="m",
+        dtype="bfloat16",
+        num_layers=2,
+        num_kv_heads=2,
+        head_dim=32,
+        dtype_bytes=2,
+        block_size=32,
+        layout="HND",
+        tp_split="1->1",
+        p_tp=1,
+        d_tp=1,
+        d_rank=0,
+        p_rank=0,
+        tokens=256,
+        blocks=8,
+        bytes=8 * 16384,
+        bytes_per_block=16384,
+        descriptors=32,
+        descs_per_block=1,
+        merge_descriptors=True,
+        op="READ",
+        initiator="reader",
+        memory="DRAM",
+        block_order="scattered",
+        ucx_tls="",
+    )
+    return TransferRecord(**{**base, **fields})

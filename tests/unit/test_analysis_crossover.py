@@ -3,11 +3,13 @@ synthetic runs with a known answer (exact ones: the intervals collapse onto the 
 
 from __future__ import annotations
 
+from dataclasses import asdict
+
 import numpy as np
 import pytest
 
 from analysis.deployment import Context, advise_threshold
-from analysis.load import load_runs, normalize_trace
+from analysis.load import load_runs, trace_row
 from analysis.model_cost import known_shapes
 from analysis.predict import predicted_crossover, transfer_bytes_per_token
 from analysis.pull_recompute import Measured
@@ -15,6 +17,9 @@ from analysis.questions.crossover import CrossoverAnswer
 from analysis.saving_curve import Crossover, Shape
 from analysis.stats import Status
 from analysis.synthetic import SyntheticDeployment, write_synthetic_run
+from records import read
+from records.read import RecordError, SchemaVersionError
+from records.trace import TransferTraceRecord
 
 pytestmark = pytest.mark.unit
 
@@ -149,22 +154,20 @@ def test_one_flow_only_gives_no_measured_crossover(tmp_path):
     assert a.threshold_advice.value is None
 
 
-def test_trace_lines_are_normalized_from_several_spellings():
-    # what connector/transfer_trace.py writes
-    line = {"request_id": "r1", "op": "READ", "direction": "P<-D", "tokens": 64, "blocks": 4,
-            "bytes": 65536, "descriptors": 8, "post_time": 10.0, "transfer_s": 0.002,
-            "status": "ok"}  # fmt: skip
-    n = normalize_trace(line)
+def test_a_trace_line_is_read_back_as_its_writer_wrote_it_and_nothing_else():
+    # what connector/transfer_trace.py writes (records.trace.TransferTraceRecord)
+    line = asdict(TransferTraceRecord(request_id="r1", op="READ", direction="P<-D", tokens=64,
+                                      blocks=4, bytes=65536, descriptors=8, post_time=10.0,
+                                      transfer_s=0.002))  # fmt: skip
+    n = trace_row(read.trace_line(line))
     assert (n["direction"], n["op"], n["bytes"], n["transfer_s"]) == ("P<-D", "READ", 65536, 0.002)
     assert n["gb_s"] == pytest.approx(65536 / 0.002 / 1e9)
-    n = normalize_trace({"req_id": "x", "dir": "D<-P", "nbytes": 10, "xfer_ms": 5})
-    assert n["transfer_s"] == pytest.approx(0.005) and n["op"] == "READ"
-    n = normalize_trace({"size": 10, "start": 1.0, "end": 1.25, "kind": "write"})
-    assert n["transfer_s"] == pytest.approx(0.25) and n["direction"] == "write"
-    n = normalize_trace({"bytes": -1, "tokens": 32, "transfer_s": 0.1})  # telemetry off
-    assert np.isnan(n["bytes"]) and n["tokens"] == 32
-    assert normalize_trace({"bytes": 10}) is None  # no time
-    assert normalize_trace({"bytes": -1, "transfer_s": 0.1}) is None  # no size at all
+    telemetry_off = trace_row(read.trace_line({**line, "bytes": -1}))
+    assert np.isnan(telemetry_off["bytes"]) and telemetry_off["tokens"] == 64
+    with pytest.raises(RecordError, match="missing required field"):  # nor another spelling
+        read.trace_line({"req_id": "x", "dir": "D<-P", "nbytes": 10, "xfer_ms": 5})
+    with pytest.raises(SchemaVersionError, match="schema_version 2; this pdbench reads up to 1"):
+        read.trace_line({**line, "schema_version": 2}, "traces/x.jsonl")
 
 
 def test_a_cell_that_disagrees_with_the_pooled_crossover_is_named():

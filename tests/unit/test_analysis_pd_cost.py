@@ -9,6 +9,7 @@ import pytest
 from analysis.deployment import Context
 from analysis.load import records_to_run_data
 from analysis.questions import decode_cost, eviction
+from analysis.synthetic import REQUEST_FIELDS
 
 pytestmark = pytest.mark.unit
 
@@ -50,6 +51,7 @@ def requests(flow, convs, ttft, tpot, path, rng, prompt=100):
             later = turn >= 2
             out.append(
                 {
+                    **REQUEST_FIELDS,
                     "conversation": c,
                     "turn": turn,
                     "flow": flow,

@@ -13,7 +13,8 @@ import pytest
 from analysis.__main__ import CORRUPT, main
 from analysis.pipeline import run_analysis
 from analysis.synthetic import SyntheticDeployment, write_synthetic_run
-from pdbench.results.store import PointResult, RunStore
+from pdbench.results.store import RunStore
+from records.point import PointResult
 
 pytestmark = pytest.mark.unit
 

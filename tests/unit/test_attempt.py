@@ -20,6 +20,7 @@ from pdbench.plan.attempt import (
 from pdbench.plan.deployments import make_plan
 from pdbench.plan.prefill_wave import prefill_seconds
 from pdbench.results.store import RunStore
+from records.point import PointResult, PointStatus
 
 pytestmark = pytest.mark.unit
 
@@ -65,10 +66,10 @@ def test_the_rough_estimate_is_each_turns_prefill_wave_and_decode_steps():
 
 def test_points_already_recorded_give_the_measured_median_instead():
     records = [
-        {"status": "ok", "started_at": 100.0, "finished_at": 140.0},
-        {"status": "ok", "started_at": 200.0, "finished_at": 260.0},
-        {"status": "failed", "started_at": 300.0, "finished_at": 900.0},
-        {"status": "ok", "started_at": 0.0, "finished_at": 0.0},
+        PointResult(str(i), PointStatus(status), "", "pull", {}, {}, started_at=a, finished_at=b)
+        for i, (status, a, b) in enumerate(
+            [("ok", 100.0, 140.0), ("ok", 200.0, 260.0), ("failed", 300.0, 900.0), ("ok", 0, 0)]
+        )
     ]
     assert median_point_s(records) == 50.0
     assert median_point_s([]) is None

@@ -21,7 +21,8 @@ from pdbench.config.compose import compose_job
 from pdbench.config.schema import Flow, SearchConfig, WorkloadConfig
 from pdbench.plan import crossover_search as cs
 from pdbench.plan.deployments import make_plan
-from pdbench.results.store import PointResult, PointStatus, RunStore, TurnRow
+from pdbench.results.store import RunStore
+from records.point import PointResult, PointStatus, TurnRow
 
 pytestmark = pytest.mark.unit
 
@@ -189,11 +190,11 @@ def test_the_job_runs_rounds_of_ordinary_points_and_a_rerun_resumes_the_search(t
     before = run(limit=len(first) + 6)  # the first pass and part of round 1: a requeue
     after = run(limit=10_000)
     assert not set(before) & set(after)
-    measured = {r["workload"]["history_tokens"] for r in store.iter_points()}
+    measured = {r.workload_view.history_tokens for r in store.iter_points()}
     assert measured > {p.history_tokens for p in first}  # the search added lengths
     log = (tmp_path / "search" / f"{dep.deployment_id}.json").read_text()
     assert '"done": true' in log
-    order = [r["order_index"] for r in store.iter_points()]
+    order = [r.order_index for r in store.iter_points()]
     assert len(set(order)) == len(order)  # one run order across the rounds
     seen = observations(store.iter_points(), "pull")
     assert len(seen) == len(store.iter_points()) // 2  # every block paired

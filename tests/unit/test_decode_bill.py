@@ -9,7 +9,7 @@ import pytest
 from aiohttp import web
 
 from jobs.measure import decode_bill, kv_sampler, metrics
-from pdbench.results.store import RequestRecord
+from records.point import RequestRecord
 
 pytestmark = pytest.mark.unit
 

@@ -22,7 +22,8 @@ from pdbench.plan.identity import (
     measured_config,
 )
 from pdbench.results.jsonable import to_jsonable
-from pdbench.results.store import PointResult, PointStatus, RunStore, Summary
+from pdbench.results.store import RunStore
+from records.point import PointResult, PointStatus, Summary
 from tests.unit.helpers import cpu_run, one_pass
 
 pytestmark = pytest.mark.unit

@@ -17,7 +17,8 @@ from pdbench.driver.status import print_status
 from pdbench.plan.deployments import make_plan
 from pdbench.results.jsonable import to_jsonable
 from pdbench.results.manifest import LaunchOrigin, launches
-from pdbench.results.store import PointResult, RunStore
+from pdbench.results.store import RunStore
+from records.point import PointResult
 from tests.unit.helpers import cpu_run
 from tests.unit.test_cli import pdbench
 

@@ -3,7 +3,8 @@ import json
 import pytest
 
 from jobs.measure import attribution, metrics
-from pdbench.results.store import PointResult, RequestRecord, RunStore, write_json_atomic
+from pdbench.results.store import RunStore, write_json_atomic
+from records.point import PointResult, RequestRecord
 
 pytestmark = pytest.mark.unit
 
@@ -148,8 +149,8 @@ def test_store_writes_atomically_and_reads_back(tmp_path):
     rec = RequestRecord(0, 1, "agg", 3, 0, [4, 5], 1.0, [2.0], 3.0, 0.0)
     store.write_point(PointResult("p1", "ok", "", "agg", {"deployment_id": "d"}, {}), [rec])
     assert store.point_status("p1") == "ok"
-    assert store.read_requests("p1")[0]["output_token_ids"] == [4, 5]
-    assert store.read_point("p1")["requests_file"] == "requests/p1.jsonl"
+    assert store.read_requests("p1") == [rec]  # read back into its type
+    assert store.read_point("p1").requests_file == "requests/p1.jsonl"
     assert not [p for p in tmp_path.rglob(".*") if p.is_file()]  # no temp files left
 
 

@@ -7,7 +7,8 @@ import pytest
 
 from jobs.run.next_points import PlannedPoints
 from pdbench.plan.deployments import make_plan
-from pdbench.results.store import PointResult, PointStatus, RunStore
+from pdbench.results.store import RunStore
+from records.point import PointResult, PointStatus
 from tests.unit.helpers import cpu_run
 
 pytestmark = pytest.mark.unit

@@ -142,6 +142,7 @@ def test_on_failure_stop_ends_the_run_only_after_a_failed_deployment(tmp_path):
     from pdbench.driver.progress import JobOutcome
     from pdbench.driver.run_dir import deployment_failed, stop_after
     from pdbench.results.store import RunStore, write_json_atomic
+    from records.point import PointResult, PointStatus
 
     ran, failed_job = JobOutcome("1", result={}), JobOutcome("1", error="job failed")
 
@@ -150,13 +151,17 @@ def test_on_failure_stop_ends_the_run_only_after_a_failed_deployment(tmp_path):
     plan = make_plan(cfg)
     first, second = plan.deployments
     store = RunStore(tmp_path)
+
+    def record(point_id: str, status: PointStatus) -> dict:
+        return PointResult(point_id, status, "", "pull", {}, {}).to_dict()
+
     for p in plan.points[first.deployment_id]:
-        write_json_atomic(store.point_path(p.point_id), {"status": "ok"})
+        write_json_atomic(store.point_path(p.point_id), record(p.point_id, PointStatus.ok))
     assert not deployment_failed(plan, store, first, ran)
     assert deployment_failed(plan, store, first, failed_job)
     assert deployment_failed(plan, store, second, ran)  # its Points: pending
     one = plan.points[first.deployment_id][0]
-    write_json_atomic(store.point_path(one.point_id), {"status": "failed"})
+    write_json_atomic(store.point_path(one.point_id), record(one.point_id, PointStatus.failed))
     assert deployment_failed(plan, store, first, ran)
     assert not stop_after(cfg, plan, store, first, ran)  # default: continue
     cfg.launch.on_failure = OnFailure.stop

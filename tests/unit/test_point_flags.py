@@ -11,8 +11,8 @@ from connector.ucx_proto import transports_in_log
 from jobs.run import flags
 from jobs.serving.server_log import LogWindow, expired_unread_leases, failed_loads, recomputed_loads
 from pdbench.plan.deployments import make_plan
-from pdbench.results.store import TransferTotals
 from pdbench.spec.launch import build_launch
+from records.point import TransferTotals
 from tests.unit.helpers import cpu_run
 
 pytestmark = pytest.mark.unit

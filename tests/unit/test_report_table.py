@@ -1,19 +1,16 @@
 import pytest
 
 from pdbench.driver.report_table import ttft_by_turn
+from records.point import PointResult, PointStatus, TurnRow
 
 pytestmark = pytest.mark.unit
 
 
 def point(flow, h, rep, ttft, status="ok"):
-    row = {"turn": 1, "ttft_ms_p50": ttft, "prefill_tokens_computed": 64, "tokens_pulled": 0}
-    return {
-        "flow": flow,
-        "status": status,
-        "repetition": rep,
-        "workload": {"history_tokens": h, "repetition": rep},
-        "by_turn": [row],
-    }
+    row = TurnRow(1, 4, h, h + 64, ttft, ttft, 64, 0, 0, 0)
+    workload = {"history_tokens": h, "repetition": rep}
+    return PointResult(f"{flow}-{h}-{rep}", PointStatus(status), "", flow, {}, workload,
+                       repetition=rep, by_turn=[row])  # fmt: skip
 
 
 def test_repetitions_share_a_column_with_the_median_of_their_medians():

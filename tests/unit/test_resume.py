@@ -9,7 +9,8 @@ from pdbench.config.compose import compose_job
 from pdbench.driver.run_dir import resume_lines, write_manifest
 from pdbench.plan.deployments import make_plan
 from pdbench.results.jsonable import to_jsonable
-from pdbench.results.store import PointResult, PointStatus, RunStore
+from pdbench.results.store import RunStore
+from records.point import PointResult, PointStatus
 from tests.unit.helpers import cpu_run, one_pass
 from tests.unit.test_cli import pdbench
 

@@ -4,7 +4,8 @@ from pdbench.driver.run_dir import write_manifest
 from pdbench.driver.status import print_status
 from pdbench.plan.deployments import make_plan
 from pdbench.results.jsonable import to_jsonable
-from pdbench.results.store import CorruptRecord, PointResult, RunStore
+from pdbench.results.store import CorruptRecord, RunStore
+from records.point import PointResult
 from tests.unit.helpers import cpu_run, one_pass
 
 pytestmark = pytest.mark.unit

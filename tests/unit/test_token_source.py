@@ -22,7 +22,7 @@ from benchmarks.token_source import (
     usage_chunk,
 )
 from jobs.request_stream import _handle_event
-from pdbench.results.store import RequestRecord
+from records.point import RequestRecord
 
 pytestmark = pytest.mark.unit
 

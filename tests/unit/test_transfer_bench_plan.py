@@ -11,6 +11,7 @@ from connector.layout import KVLayout, KVShape
 from connector.ucx_proto import data_transports, parse_proto_info
 from pdbench.config.compose import compose_job
 from pdbench.spec.transfer_bench import bench_spec
+from tests.unit.helpers import bench_record
 
 pytestmark = pytest.mark.unit
 
@@ -155,9 +156,9 @@ def test_format_table_has_one_column_per_token_count():
         flag=False,
     )
     records = [
-        {**base, "tokens": 256, "gb_s": 3.5},
-        {**base, "tokens": 1024, "gb_s": 0.25, "flag": True},
-        {**base, "tokens": 4096, "status": "failed", "gb_s": 0.0},
+        bench_record(**base, tokens=256, gb_s=3.5),
+        bench_record(**{**base, "flag": True}, tokens=1024, gb_s=0.25),
+        bench_record(**{**base, "status": "failed"}, tokens=4096, gb_s=0.0),
     ]
     lines = format_table(records).splitlines()
     assert lines[0].split() == [

@@ -27,7 +27,8 @@ from pdbench.spec.transfer_probe import (
     transfer_probe,
 )
 from pdbench.validate.rules import validate
-from tests.unit.helpers import cpu_run, gpu_run
+from records.bench import TransferRecord
+from tests.unit.helpers import bench_record, cpu_run, gpu_run
 
 pytestmark = pytest.mark.unit
 
@@ -49,17 +50,16 @@ def nvlink(cfg):
     return cfg
 
 
-def record(gb_s: float, transports: list[str], integrity_ok: bool = True) -> dict:
+def record(gb_s: float, transports: list[str], integrity_ok: bool = True) -> TransferRecord:
     """What connector.bench's reader writes for the probe's one case."""
-    return {
-        "status": "ok",
-        "gb_s": gb_s,
-        "ucx_transports": transports,
-        "bytes": 512 << 20,
-        "median_s": (512 << 20) / gb_s / 1e9,
-        "memcpy_gb_s": 1500.0,
-        "integrity_ok": integrity_ok,
-    }
+    return bench_record(
+        gb_s=gb_s,
+        ucx_transports=transports,
+        bytes=512 << 20,
+        median_s=(512 << 20) / gb_s / 1e9,
+        memcpy_gb_s=1500.0,
+        integrity_ok=integrity_ok,
+    )
 
 
 def test_a_cpu_run_reads_dram_between_p_and_d_with_no_floor():
@@ -156,7 +156,7 @@ def test_with_no_floor_a_slow_read_passes_and_is_recorded():
 
 def test_a_read_that_failed_or_moved_wrong_bytes_fails():
     probe = transfer_probe(deployment(nvlink(gpu_run())))
-    failed = transfer_findings(probe, {"status": "failed", "error": "PeerAborted: x\ntrace"})
+    failed = transfer_findings(probe, bench_record(status="failed", error="PeerAborted: x\ntrace"))
     line = check_transfer(probe, failed).line(NODE)
     assert "no KV-shaped NIXL read from prefill0" in line and "PeerAborted: x" in line
     assert "trace" not in line and "Fix: a UCX_TLS" in line

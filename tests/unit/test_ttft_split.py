@@ -14,7 +14,7 @@ from connector.request_timing import (
 from jobs.measure import ttft_split
 from jobs.serving.router import TurnTiming
 from jobs.serving.router_headers import format_spans, parse_spans
-from pdbench.results.store import RequestRecord
+from records.point import RequestRecord
 
 pytestmark = pytest.mark.unit
 

@@ -16,7 +16,7 @@ from jobs.request_stream import (
 from jobs.workload import FIRST_ID, build_conversations
 from pdbench.config.schema import HistoryEdit, WorkloadConfig, WorkloadKind
 from pdbench.plan.lengths import draw_history, draw_length, max_length
-from pdbench.results.store import RequestRecord
+from records.point import RequestRecord
 
 pytestmark = pytest.mark.unit
 
@@ -252,3 +252,14 @@ def test_a_chat_stream_gives_its_tokens_text_and_the_servers_prompt_count():
         _handle_event(b"data: " + json.dumps(data).encode(), rec, texts)
     assert rec.output_token_ids == [7, 8] and "".join(texts) == "ba ke"
     assert rec.prompt_tokens == 42
+
+
+def test_the_warm_up_builds_its_conversations_from_a_workload_of_one_value_per_axis():
+    from jobs.run.warm_up import warm_workload
+    from pdbench.plan.deployments import make_plan
+    from tests.unit.helpers import cpu_run
+
+    (dep,) = make_plan(cpu_run()).deployments
+    warm, n = warm_workload(dep)
+    specs = build_conversations(warm, 64, vocab_size=512)
+    assert len(specs) == n == 1 and warm.conversations == [n]
