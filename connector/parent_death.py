@@ -2,7 +2,7 @@
 
 Servers and the router are started with it (``jobs.serving.server``): SIGKILL when the task
 that started them dies, however it dies, so nothing of a run outlives it. A vLLM server's
-engine core asks for it too (``connector.vllm_plugin``, in pdbench's runs only): when its
+engine core asks for it too (``connector.plugin.vllm_plugin``, in pdbench's runs only): when its
 API server is killed alone, the engine core does not linger holding the server's socket.
 The signal follows the parent *thread*: each is started from its starter's main thread.
 """

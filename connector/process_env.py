@@ -14,10 +14,13 @@ TIMING_DIR_ENV = "PDBENCH_TIMING_DIR"  # where the plugin times each request (re
 ROLE_ENV = "PDBENCH_ROLE"  # prefill | decode: traces name the direction (P<-D, D<-P)
 # NIXL progress thread's poll timeout in microseconds (nixl_progress)
 NIXL_PROGRESS_DELAY_ENV = "PDBENCH_NIXL_PROGRESS_DELAY_US"
+CPU_DELAY_US = 1000  # CPU servers': 1 ms, the thread wakes at once when a socket is ready
 # An engine's wait between steps while it only holds KV blocks for a peer, in ms (engine_idle)
 ENGINE_IDLE_WAIT_ENV = "PDBENCH_ENGINE_IDLE_WAIT_MS"
+CPU_WAIT_MS = 50  # CPU servers': 20 empty steps a second at most while only leases are held
 # How vLLM starts a server's engine-core process: fork | spawn (engine_start)
 ENGINE_START_ENV = "PDBENCH_ENGINE_START"
+CPU_METHOD = "fork"  # what the launch spec sets for CPU servers
 # The key the router requires of every client (Authorization: Bearer <key>; unset or "":
 # none). Read from the driver's environment, which its jobs inherit; never in a record.
 API_KEY_ENV = "PDBENCH_API_KEY"

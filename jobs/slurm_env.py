@@ -28,6 +28,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from pdbench.spec.submitit_private import parse_node_list
+
 # submitit's executor names (SUBMITIT_EXECUTOR); "none": not started by submitit.
 EXECUTORS = ("slurm", "local", "debug", "none")
 # "1": the job's nodes are aliases of one host; their loopback addresses are meant.
@@ -47,8 +49,6 @@ def expand_nodelist(nodelist: str) -> list[str]:
     Raises ``ValueError`` on malformed input, which submitit's parser lets through or
     answers with its own exception: unbalanced or nested brackets, bad or descending ranges.
     """
-    from submitit.slurm.slurm import _parse_node_list  # lazy: submitit on the nodes only
-
     text = nodelist.strip()
     groups = [g for g in re.split(r",(?![^\[]*\])", text) if g] if text else []
     for group in groups:
@@ -59,7 +59,7 @@ def expand_nodelist(nodelist: str) -> list[str]:
                 match = _RANGE.match(item)
                 if not match or (match.group(2) and int(match.group(2)) < int(match.group(1))):
                     raise ValueError(f"bad range {item!r} in node list {nodelist!r}")
-    return list(_parse_node_list(text)) if text else []
+    return list(parse_node_list(text)) if text else []
 
 
 def resolve_address(name: str) -> str:

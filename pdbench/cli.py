@@ -24,6 +24,7 @@ from pathlib import Path
 from omegaconf.errors import OmegaConfBaseException
 
 from pdbench.config.compose import Composer, compose_job
+from pdbench.config.hydra_private import args_parser
 from pdbench.config.overrides import (
     OverrideError,
     as_lists,
@@ -105,10 +106,7 @@ def _flag_error(flag: str) -> str:
 
 def parse_argv(argv: list[str]) -> Invocation:
     """Hydra's options apart from overrides; verbs (``status``) become ``command=``."""
-    # The parser hydra.main itself uses (hydra costs ~0.4 s that --help must not pay).
-    from hydra._internal.utils import get_args_parser  # lazy: hydra, not for --help
-
-    args, unknown = get_args_parser().parse_known_intermixed_args(argv)
+    args, unknown = args_parser().parse_known_intermixed_args(argv)  # hydra.main's own
     inv = Invocation(overrides=[], flags=[])
     flag_words = [w for w in unknown if w.startswith("-")]
     inv.errors += [_flag_error(word) for word in flag_words]

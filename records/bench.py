@@ -1,5 +1,6 @@
-"""One transfer-bench case: ``transfer_bench/<record_id>.json`` (``connector.bench`` writes it,
-the analysis and the bench's summary table read it back, ``records.read.bench_record``)."""
+"""One transfer-bench case: ``transfer_bench/<record_id>.json`` (``connector.bench.runner``
+writes it, the analysis and the bench's summary table read it back,
+``records.read.bench_record``)."""
 
 from __future__ import annotations
 

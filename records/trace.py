@@ -1,6 +1,6 @@
 """One traced KV transfer (``connector.trace=true``): a line of ``traces/**/*.jsonl``.
 
-Written by ``connector.transfer_trace`` when a NIXL transfer completes, read back by the
+Written by ``connector.plugin.transfer_trace`` when a NIXL transfer completes, read back by the
 analysis (``records.read.trace_line``). The file a line is in names its Point or its
 Deployment (``traces/<point or deployment id>/<role>-<engine>-tp<rank>-<pid>.jsonl``).
 """
@@ -14,7 +14,7 @@ from records.versions import TRACE_SCHEMA
 
 @dataclass
 class TransferTraceRecord:
-    """Fields as ``connector/transfer_trace.py``'s table describes them."""
+    """Fields as ``connector/plugin/transfer_trace.py``'s table describes them."""
 
     op: str  # READ | WRITE
     direction: str  # D<-P (D reads the hand-off), P<-D (P pulls the history), P->D (a push)

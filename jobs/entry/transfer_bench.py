@@ -3,7 +3,7 @@
 ``python -m pdbench +experiment=transfer_bench [model=llama3_8b] [cluster=slurm]`` goes
 through ``pdbench.driver.transfer_bench``: validated and submitted like every launch, one
 2-node job (locally: 2 tasks on this machine). Task 0 owns the KV buffer (P), task 1 reads it
-(D); ``connector.bench`` does the measuring and each record lands in
+(D); ``connector.bench.runner`` does the measuring and each record lands in
 ``<run_dir>/transfer_bench/<record_id>.json`` (schema: ``connector.bench_record``). Logs, UCX
 protocol tables and the rendezvous files sit under ``<run_dir>/logs/transfer_bench/``.
 """
@@ -17,7 +17,6 @@ from typing import Any
 
 import submitit
 
-from connector.bench import run_bench_task
 from connector.bench_plan import BenchSpec
 from pdbench.results.store import write_json_atomic
 from pdbench.spec.transfer_bench import bench_spec, kv_shape
@@ -74,6 +73,10 @@ class TransferBenchJob:
 
         def sink(record: dict[str, Any]) -> None:
             write_json_atomic(out / f"{record['record_id']}.json", record)
+
+        from connector.bench.runner import (
+            run_bench_task,
+        )  # lazy: node runtime, loaded on the allocation only
 
         work = Path(self.run_dir) / "logs" / RECORDS_DIR
         return run_bench_task(self.spec, rank, work, job_id, sink)

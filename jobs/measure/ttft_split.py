@@ -19,7 +19,7 @@ residual_ms         TTFT minus the parts above
 Where they come from (``split_source``):
 
 - ``per_request``: the router's spans of the turn (``router_spans_ms``, its own clock) and
-  each server's per-request timing lines (``connector.request_timing``: the plugin's
+  each server's per-request timing lines (``connector.plugin.request_timing``: the plugin's
   scheduler and worker hooks, joined by the router's request id). The residual is then
   measured too, in ``ttft_residual_ms``: ``client_ms`` (client <-> router and the relay
   of the first chunk), ``p_http_ms`` (P's answer outside its engine: HTTP, API server,
@@ -41,7 +41,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from connector.request_timing import external_id
+from connector.plugin.request_timing import external_id
 from jobs.measure.metrics import pooled_mean_s, pooled_total
 from records.point import TTFT_SPLIT_PARTS, RequestRecord
 

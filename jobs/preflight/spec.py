@@ -20,7 +20,7 @@ from pdbench.spec.transfer_probe import TransferProbe
 
 # The modules a server imports that a broken install breaks first: vLLM, NIXL, and
 # pdbench's connector plugin, which subclasses vLLM 0.32's NixlConnector internals.
-IMPORTS = ("vllm", "nixl", "connector.vllm_plugin")
+IMPORTS = ("vllm", "nixl", "connector.plugin.vllm_plugin")
 
 
 @dataclass(frozen=True)

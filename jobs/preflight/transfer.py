@@ -3,7 +3,7 @@
 ``run_transfer`` runs on each node of the preflight after its other checks. The node that
 holds P's device starts the owner process, the node that holds D's reads (one node may do
 both): each is ``python -m jobs.preflight.transfer_side``, one side of a one-case transfer bench
-(``connector.bench``, ``pdbench.spec.transfer_probe.bench_spec``), so the job's own process
+(``connector.bench.runner``, ``pdbench.spec.transfer_probe.bench_spec``), so the job's own process
 never opens a CUDA context or a NIXL agent before its servers start. The two sides meet
 through files in the preflight's directory of this job attempt (shared by every node); a
 side that cannot take part says so there, so the other stops waiting. The reader's record
@@ -18,8 +18,8 @@ import signal
 import subprocess
 from pathlib import Path
 
-from connector.bench import OWNER, READER
-from connector.nixl_peer import publish_failure
+from connector.bench.nixl_peer import publish_failure
+from connector.bench.runner import OWNER, READER
 from connector.shared_files import write_json_atomic
 from jobs.preflight.checks import check_transfer, transfer_findings
 from pdbench.results.preflight import CheckResult
@@ -28,13 +28,13 @@ from pdbench.spec.transfer_probe import TransferProbe
 from records import read
 from records.read import RecordError
 
-JOB_ID = "preflight"  # connector.bench's rendezvous: <work>/rendezvous/<job id>/v0
+JOB_ID = "preflight"  # connector.bench.runner's rendezvous: <work>/rendezvous/<job id>/v0
 RECORD = "record.json"  # the reader's record
 START_S = 120.0  # on top of the probe's timeouts: each side's interpreter, torch, NIXL
 
 
 def agent_name(role: str) -> str:
-    """``connector.bench``'s agent of ``role`` for the first (only) UCX_TLS variant."""
+    """``connector.bench.runner``'s agent of ``role`` for the first (only) UCX_TLS variant."""
     return f"pdb-{role}-v0"
 
 

@@ -1,7 +1,7 @@
 """One side of the transfer preflight's read, as its own process (``jobs.preflight.transfer``).
 
 ``python -m jobs.preflight.transfer_side PROBE.json owner|reader WORK_DIR``: the owner (P's
-device) or the reader (D's device) of a one-case transfer bench (``connector.bench``); the
+device) or the reader (D's device) of a one-case transfer bench (``connector.bench.runner``); the
 reader writes its record to ``WORK_DIR/record.json``.
 """
 
@@ -12,7 +12,7 @@ import json
 import sys
 from pathlib import Path
 
-from connector.bench import OWNER, READER, run_bench_task
+from connector.bench.runner import OWNER, READER, run_bench_task
 from connector.shared_files import write_json_atomic
 from jobs.preflight.transfer import JOB_ID, RECORD
 from pdbench.spec.transfer_probe import TransferProbe, bench_spec

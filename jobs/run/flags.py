@@ -110,7 +110,7 @@ def kv_load_flags(log_text: str) -> list[str]:
 
 def handoff_flags(router_stats: dict) -> list[str]:
     """Pull / decode-first turns whose D params never reached the router (from D's
-    plugin, ``connector.kv_params_service``): their next turn recomputed the history
+    plugin, ``connector.plugin.kv_params_service``): their next turn recomputed the history
     instead of pulling it."""
     missing = int(router_stats.get("missing_params", 0) or 0)
     if not missing:

@@ -28,7 +28,7 @@ a request naming none stands alone. Per turn, by the flow set with ``POST /pdben
 A conversation sticks to one P and one D. The route taken is returned in the response
 header ``X-Pdbench-Path`` and written, with the tokens and spans of the turn, to the
 request log (``jobs.serving.request_log``). D's params come from the connector plugin in
-D's engine core over HTTP (``connector.kv_params_service``; vLLM does not put them in
+D's engine core over HTTP (``connector.plugin.kv_params_service``; vLLM does not put them in
 streamed responses); a conversation's next turn waits until the last one's params are in
 (or known missing).
 """
@@ -51,7 +51,7 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 
-from connector.kv_params_service import OUTPUT_IDS_KEY
+from connector.plugin.kv_params_service import OUTPUT_IDS_KEY
 from connector.process_env import API_KEY_ENV
 from jobs.serving import openai_api
 from jobs.serving.openai_api import CHAT, COMPLETIONS, ChatStream, CompletionStream
@@ -481,7 +481,7 @@ class Router:
         state.held = held_tokens(prompt, outputs, int(params.get("remote_num_tokens") or 0))
 
     async def _fetch_params(self, d_url: str, d_rid: str) -> dict[str, Any] | None:
-        """D's params of request ``d_rid`` from its plugin (``connector.kv_params_service``),
+        """D's params of request ``d_rid`` from its plugin (``connector.plugin.kv_params_service``),
         or None when they do not come within ``params_wait_s``."""
         c = self.config
         url = c.kv_params_urls[c.decode_urls.index(d_url)]

@@ -25,7 +25,6 @@ from hydra.errors import OverrideParseException
 from pdbench.config.axes import Level, axes_of
 from pdbench.config.schema import RunConfig
 from pdbench.config.tree import CONF_DIR, default_choices, groups
-from pdbench.spec.containers import image_quoting_fix
 
 HINT = "name the key meant (python -m pdbench --help lists groups and presets; --cfg job every key)"
 
@@ -171,6 +170,20 @@ def _check_key(o: Override, s: Schema) -> list[str]:
             "server.env; anywhere else the key would be dropped and the run start without it)"
         )
     return [f"{line}: {key} {why}; {_did_you_mean(names)} Fix: {fix}"]
+
+
+def image_quoting_fix(overrides: list[str]) -> str:
+    """The fix for Hydra's lexer error on an unquoted enroot URI (``#`` starts a comment in
+    Hydra's override grammar): "" when no override sets ``cluster.container_image`` to one."""
+    for word in overrides:
+        key, _, value = word.partition("=")
+        if key.lstrip("+") == "cluster.container_image" and "#" in value and value[:1] not in "'\"":
+            return (
+                "Fix: quote the image for Hydra and for the shell: "
+                f"'cluster.container_image=\"{value}\"' (an enroot URI's '#' cannot stand "
+                "unquoted in a Hydra override)"
+            )
+    return ""
 
 
 def quoting_fix(overrides: list[str]) -> str:

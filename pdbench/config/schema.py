@@ -17,7 +17,6 @@ from connector.bench_config import TransferBenchConfig
 from connector.layout import llama_parameter_count
 from pdbench.config.axes import Level, axis
 from pdbench.config.bounds import MANY, PORT, SEED, TOKENS, WEEK_S, bounded
-from pdbench.traffic.trace import TraceFormat
 
 
 class ExecutorKind(Enum):
@@ -329,6 +328,15 @@ class FlowConfig:
     serve: Optional[Flow] = None  # noqa: UP045 - OmegaConf 2.3 reads Optional, not "X | None"
 
 
+class TraceFormat(StrEnum):
+    """The trace formats pdbench reads (``pdbench.traffic.load`` reads them)."""
+
+    auto = "auto"  # detected from the file's content
+    mooncake = "mooncake"  # JSONL: timestamp (ms), input_length, output_length, hash_ids
+    openai = "openai"  # JSON: [{"id", "messages": [{"role", "content"}, ...]}, ...]
+    pdbench = "pdbench"  # a router's request log (logs/<deployment>/router_requests.jsonl)
+
+
 class TraceTiming(StrEnum):
     """When a replayed trace's turns go out."""
 
@@ -484,7 +492,7 @@ class LaunchConfig:
     # (later Deployments are not started; on SLURM the array's other jobs are cancelled).
     # Their Points stay pending: rerun the same command to resume.
     on_failure: OnFailure = OnFailure["continue"]
-    # A launch into a dir whose launches measured something else (pdbench/plan/identity.py: not
+    # A launch into a dir whose launches measured something else (pdbench/results/identity.py: not
     # timeouts, ports or paths) is refused; true adds its Deployments and Points anyway.
     allow_mixed: bool = False
     # Each job's first step: one preflight per node before any server starts (DESIGN.md, "On

@@ -20,7 +20,6 @@ from pdbench.config.schema import RunConfig
 from pdbench.plan.deployments import Plan
 from pdbench.plan.lengths import longest_history
 from pdbench.plan.prefill_wave import in_flight, prefill_seconds
-from pdbench.spec.sbatch import signal_delay_s
 from records.point import PointResult, PointStatus
 
 DECODE_STEP_S = 0.03  # assumed: one decode step of a batch under load on a GPU (rough)
@@ -29,6 +28,22 @@ ROUGH = (
     "rough estimate: P's prefill of each turn's full context at the assumed MFU of "
     "cluster.gpu_tflops, {step:g} s per output token"
 )
+
+# SLURM sends submitit's USR2 this long before the time limit (sbatch --signal=USR2@N): the
+# job checkpoints and requeues itself, and its servers get time to shut down cleanly.
+SIGNAL_DELAY_S = 120
+
+
+def signal_delay_s(time_limit_min: int, configured_s: int = 0) -> int:
+    """Seconds before the time limit that USR2 comes: ``cluster.signal_delay_s`` when set,
+    else SIGNAL_DELAY_S at most half the limit.
+
+    A delay longer than the limit would signal (and requeue) the job as soon as it starts
+    (validation refuses one that is set so).
+    """
+    if configured_s > 0:
+        return configured_s
+    return max(1, min(SIGNAL_DELAY_S, time_limit_min * 60 // 2))
 
 
 @dataclass(frozen=True)

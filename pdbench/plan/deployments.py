@@ -3,7 +3,7 @@
 A Deployment is the set of servers that can stay up (model, topology, transport, server
 flags, ``kv_recompute_threshold``); its Points (``pdbench.plan.points``) are the workloads
 measured on it, in their run order. A Deployment's id hashes the measured settings of its
-servers (``pdbench.plan.identity``: operational knobs such as timeouts and ports stay out),
+servers (``pdbench.results.identity``: operational knobs such as timeouts and ports stay out),
 so a rerun finds what is done.
 
 Placement: instances are laid out in a fixed order (prefill, decode, agg). ``same_node``
@@ -37,9 +37,9 @@ from pdbench.config.schema import (
     TransportConfig,
 )
 from pdbench.plan.crossover_search import SearchPlan, search_plan
-from pdbench.plan.identity import measured, stable_hash
 from pdbench.plan.lengths import usable_history
 from pdbench.plan.points import Point, deployment_points
+from pdbench.results.identity import measured, stable_hash
 from pdbench.results.jsonable import to_jsonable
 from pdbench.results.policy_file import PolicyTarget
 
@@ -114,7 +114,7 @@ class Deployment:
 
     def key(self) -> dict[str, Any]:
         """What the id hashes: servers that differ in any of these cannot be shared; their
-        operational knobs (``pdbench.plan.identity.OPERATIONAL``) are left out."""
+        operational knobs (``pdbench.results.identity.OPERATIONAL``) are left out."""
         return {
             "model": measured("model", to_jsonable(self.model)),
             "topology": measured("topology", to_jsonable(self.topology)),

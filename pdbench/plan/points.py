@@ -2,7 +2,7 @@
 
 A Point is one measured workload on a Deployment: a flow, one history length, conversation
 count and concurrency, and a repetition. Its id hashes its Deployment's id, its flow (with
-the router knobs that flow uses) and its measured workload (``pdbench.plan.identity``), so a
+the router knobs that flow uses) and its measured workload (``pdbench.results.identity``), so a
 rerun finds what is done; the count of repetitions and the order seed say nothing about a
 Point, so more repetitions later keep the ids of those measured.
 
@@ -23,7 +23,7 @@ from dataclasses import dataclass, replace
 from typing import Any, TypeVar
 
 from pdbench.config.schema import Flow, FlowConfig, WorkloadConfig
-from pdbench.plan.identity import flow_knobs, measured, stable_hash, with_retired
+from pdbench.results.identity import flow_knobs, measured, stable_hash, with_retired
 from pdbench.results.jsonable import to_jsonable
 
 B = TypeVar("B")
@@ -129,7 +129,7 @@ def point_key(
 ) -> dict:
     """What a Point's id hashes: its Deployment, its flow (with the router knobs of its
     Deployment's ``router`` config that flow uses) and its measured workload
-    (``pdbench.plan.identity``)."""
+    (``pdbench.results.identity``)."""
     record = workload_record(workload, history, repetition)
     return {
         "deployment": deployment_id,

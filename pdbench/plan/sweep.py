@@ -28,7 +28,7 @@ from typing import Any
 from pdbench.config.axes import axes_of
 from pdbench.config.schema import Command, RunConfig
 from pdbench.plan.deployments import Plan, make_plan
-from pdbench.plan.identity import stable_hash
+from pdbench.results.identity import stable_hash
 from pdbench.results.jsonable import to_jsonable
 
 AXES = axes_of(RunConfig)

@@ -1,5 +1,5 @@
 """Typed values as plain JSON: what records, manifests and launch specs are written from
-(and what ids hash, ``pdbench.plan.identity.stable_hash``)."""
+(and what ids hash, ``pdbench.results.identity.stable_hash``)."""
 
 from __future__ import annotations
 

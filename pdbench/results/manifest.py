@@ -7,7 +7,7 @@
                model_path, provenance (a resume, a requeue's driver, each job of a -m sweep)
     deployments, jobs, updated_at                      (pdbench.driver.launch)
 
-A launch whose measured config (``pdbench.plan.identity``) matches none of the dir's launches is
+A launch whose measured config (``pdbench.results.identity``) matches none of the dir's launches is
 refused (``mixed_launch_problem``), unless it comes from the same ``python -m pdbench``
 process as one of them (the jobs of one ``-m`` sweep share a dir and differ by the swept
 keys) or ``launch.allow_mixed=true``. Pure: the caller reads and writes the file.
@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from pdbench.config.problems import ConfigProblem
-from pdbench.plan.identity import differences, measured_config, operational_config
+from pdbench.results.identity import differences, measured_config, operational_config
 
 SHOWN_DIFFERENCES = 12  # keys listed in a refusal; the rest counted
 
@@ -128,7 +128,7 @@ def mixed_launch_problem(
         ),
         fix=(
             "a new dir= for a new experiment; the dir's values to resume it (timeouts, ports and "
-            "paths may change: pdbench/plan/identity.py); or launch.allow_mixed=true to add this "
+            "paths may change: pdbench/results/identity.py); or launch.allow_mixed=true to add this "
             "launch's Deployments and Points to the dir anyway"
         ),
     )

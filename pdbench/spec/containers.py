@@ -89,20 +89,6 @@ def activates_environment(line: str) -> bool:
     return False
 
 
-def image_quoting_fix(overrides: list[str]) -> str:
-    """The fix for Hydra's lexer error on an unquoted enroot URI (``#`` starts a comment in
-    Hydra's override grammar): "" when no override sets ``cluster.container_image`` to one."""
-    for word in overrides:
-        key, _, value = word.partition("=")
-        if key.lstrip("+") == "cluster.container_image" and "#" in value and value[:1] not in "'\"":
-            return (
-                "Fix: quote the image for Hydra and for the shell: "
-                f"'cluster.container_image=\"{value}\"' (an enroot URI's '#' cannot stand "
-                "unquoted in a Hydra override)"
-            )
-    return ""
-
-
 def srun_args(cluster: ClusterConfig) -> list[str]:
     """Every srun option a task step gets from the config: containers, then ``srun_args``."""
     return container_srun_args(cluster) + list(cluster.srun_args)

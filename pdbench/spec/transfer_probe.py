@@ -9,7 +9,7 @@ the HND page layout vLLM uses for NIXL transfers, the transport's UCX settings),
 the GB/s and the UCX transport that carried it. A read under ``floor_gb_s`` fails the
 Deployment before its servers start (``jobs.preflight.checks.check_transfer``).
 
-The probe is a one-case transfer bench (``connector.bench``): ``bench_spec`` turns it into
+The probe is a one-case transfer bench (``connector.bench.runner``): ``bench_spec`` turns it into
 the ``BenchSpec`` its two processes run.
 """
 

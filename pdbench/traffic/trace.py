@@ -10,16 +10,8 @@ turn extend the last one, as it does a chat client's.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from enum import StrEnum
 
-
-class TraceFormat(StrEnum):
-    """The trace formats pdbench reads (``pdbench.traffic.load``)."""
-
-    auto = "auto"  # detected from the file's content
-    mooncake = "mooncake"  # JSONL: timestamp (ms), input_length, output_length, hash_ids
-    openai = "openai"  # JSON: [{"id", "messages": [{"role", "content"}, ...]}, ...]
-    pdbench = "pdbench"  # a router's request log (logs/<deployment>/router_requests.jsonl)
+from pdbench.config.schema import TraceFormat
 
 
 @dataclass(frozen=True)

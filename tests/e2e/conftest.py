@@ -196,7 +196,7 @@ def outputs_by_turn(run_dir: Path, point: dict) -> dict[tuple[int, int], list[in
 
 
 # `make demo`'s run (``+experiment=smoke``) with every NIXL transfer traced (one line per
-# transfer, connector/tracing.py): one run for the pipeline's tests and the tracing's.
+# transfer, connector/plugin/tracing.py): one run for the pipeline's tests and the tracing's.
 SMOKE = ["+experiment=smoke", "connector.trace=true"]
 
 

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from connector.nixl_progress import CPU_DELAY_US
+from connector.plugin.nixl_progress import CPU_DELAY_US
 from records.point import TTFT_SPLIT_PARTS
 from tests.e2e.conftest import (
     SMOKE,
@@ -120,9 +120,9 @@ def test_greedy_outputs_of_pd_flows_equal_agg(smoke_run):
 
 def test_each_server_computes_on_its_own_cores(smoke_run):
     """vLLM-CPU's NIXL worker moves the forward-pass thread to the host's last core; the
-    plugin moves it back, so P and D do not share one core (connector/core_binding.py), and
-    gives NIXL's progress thread a poll timeout (connector/nixl_progress.py); the engine core
-    is forked (connector/engine_start.py)."""
+    plugin moves it back, so P and D do not share one core (connector/plugin/core_binding.py), and
+    gives NIXL's progress thread a poll timeout (connector/plugin/nixl_progress.py); the engine core
+    is forked (connector/plugin/engine_start.py)."""
     run_dir, _ = smoke_run
     points = load_points(run_dir)
     dep = points["pull"]["deployment"]
@@ -132,7 +132,7 @@ def test_each_server_computes_on_its_own_cores(smoke_run):
         # ... and NIXL's progress thread sleeps in poll instead of spinning on them
         assert f"pdbench: NIXL progress thread polls with a {CPU_DELAY_US} us timeout" in log
         # ... and its engine core was forked from its API server, not spawned
-        # (connector/engine_start.py); vLLM warns when it must spawn anyway
+        # (connector/plugin/engine_start.py); vLLM warns when it must spawn anyway
         assert "pdbench: the engine core starts by fork" in log
         assert "must use the `spawn` multiprocessing start method" not in log
     cores = [tuple(i["cpus"]) for i in dep["instances"]]

@@ -2,7 +2,7 @@
 
 Reads the smoke run (`make demo`, which traces: conftest's ``smoke_dry_and_real``, shared
 with test_smoke.py and test_launch_spec.py): pdbench's vLLM plugin
-(``connector.vllm_plugin``, built on ``connector.tracing``) writes one JSON line per
+(``connector.plugin.vllm_plugin``, built on ``connector.plugin.tracing``) writes one JSON line per
 completed NIXL transfer under ``<run>/traces/<deployment>/``.
 """
 

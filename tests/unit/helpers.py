@@ -121,7 +121,7 @@ def planted_policy(cfg: RunConfig, path):
 
 
 def bench_record(**fields) -> TransferRecord:
-    """A transfer-bench record as ``connector.bench`` writes one, ``fields`` changed."""
+    """A transfer-bench record as ``connector.bench.runner`` writes one, ``fields`` changed."""
     base = dict(
         record_id="r",
         status="ok",

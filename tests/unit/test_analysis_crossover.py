@@ -155,7 +155,7 @@ def test_one_flow_only_gives_no_measured_crossover(tmp_path):
 
 
 def test_a_trace_line_is_read_back_as_its_writer_wrote_it_and_nothing_else():
-    # what connector/transfer_trace.py writes (records.trace.TransferTraceRecord)
+    # what connector/plugin/transfer_trace.py writes (records.trace.TransferTraceRecord)
     line = asdict(TransferTraceRecord(request_id="r1", op="READ", direction="P<-D", tokens=64,
                                       blocks=4, bytes=65536, descriptors=8, post_time=10.0,
                                       transfer_s=0.002))  # fmt: skip

@@ -7,7 +7,7 @@ import threading
 
 import pytest
 
-from connector.core_binding import CoreBinding, helper_cores, restore
+from connector.plugin.core_binding import CoreBinding, helper_cores, restore
 
 pytestmark = [
     pytest.mark.unit,

@@ -7,7 +7,7 @@ import queue
 
 import pytest
 
-from connector.engine_idle import CPU_WAIT_MS, describe, idle_wait_ms, install, only_leases
+from connector.plugin.engine_idle import CPU_WAIT_MS, describe, idle_wait_ms, install, only_leases
 from connector.process_env import ENGINE_IDLE_WAIT_ENV
 
 pytestmark = pytest.mark.unit

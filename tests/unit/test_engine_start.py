@@ -8,7 +8,7 @@ import os
 
 import pytest
 
-from connector.engine_start import VLLM_METHOD_ENV, start_method, wrap_config_check
+from connector.plugin.engine_start import VLLM_METHOD_ENV, start_method, wrap_config_check
 from connector.process_env import ENGINE_START_ENV
 
 pytestmark = pytest.mark.unit
@@ -86,4 +86,4 @@ def test_a_platform_without_the_check_is_left_alone():
 def test_vllm_finds_the_plugin_among_its_general_plugins():
     # vLLM's load_general_plugins() loads this entry point group in every process.
     plugins = importlib.metadata.entry_points(group="vllm.general_plugins")
-    assert "connector.engine_start:register" in {p.value for p in plugins}
+    assert "connector.plugin.engine_start:register" in {p.value for p in plugins}

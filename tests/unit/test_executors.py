@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 from unittest import mock
 
@@ -18,6 +17,7 @@ from pdbench.driver.executors import (
     SlurmStateWatcher,
     make_executor,
 )
+from pdbench.plan import attempt
 from pdbench.spec import sbatch
 from pdbench.spec.sbatch import env_exports, executor_parameters
 
@@ -36,7 +36,7 @@ def test_minimal_slurm_parameters() -> None:
         "time": 30,
         "nodes": 2,
         "ntasks_per_node": 1,
-        "signal_delay_s": sbatch.SIGNAL_DELAY_S,
+        "signal_delay_s": attempt.SIGNAL_DELAY_S,
         "array_parallelism": 4,
         "partition": "p",
         "wckey": None,  # submitit's "submitit" would be rejected where wckeys are enforced
@@ -264,23 +264,6 @@ def test_nothing_to_poll_without_unfinished_jobs() -> None:
     with mock.patch.object(executors, "_succeeds") as probe:
         assert SlurmStateWatcher()._make_command() is None
     probe.assert_not_called()
-
-
-def test_submitit_is_the_version_whose_private_api_pdbench_uses() -> None:
-    """pdbench relies on submitit internals: ``slurm._make_sbatch_string`` (the sbatch text the
-    dry run prints), ``SlurmInfoWatcher._make_command``/``read_info``/``_registered``/
-    ``_finished`` (squeue fallback), ``SlurmExecutor._internal_process_submissions`` (array
-    jobs rewrapped) and ``submitit.core._submit`` (the task command). The tests of this file,
-    test_sbatch_golden.py and test_launch_spec.py exercise each; an upgrade must pass them
-    and then move this pin and pyproject's together."""
-    pyproject = (Path(__file__).resolve().parents[2] / "pyproject.toml").read_text()
-    pinned = re.search(r'"submitit==([^"]+)"', pyproject)
-    assert pinned, "pyproject.toml must pin submitit exactly"
-    assert submitit.__version__ == pinned.group(1)
-    for name in ("_make_command", "read_info", "_registered", "_finished"):
-        assert hasattr(SlurmStateWatcher(), name), name
-    assert callable(submitit.slurm.slurm._make_sbatch_string)
-    assert callable(submitit.slurm.slurm.SlurmExecutor._internal_process_submissions)
 
 
 def test_sbatch_has_no_wckey_unless_the_cluster_names_one() -> None:

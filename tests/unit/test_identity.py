@@ -1,5 +1,5 @@
 """Resume identity: ids cover what changes a measurement, not the knobs one raises after a
-crash (pdbench/plan/identity.py's table), and every setting is classified."""
+crash (pdbench/results/identity.py's table), and every setting is classified."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from analysis.load import deployment_label, load_runs
 from pdbench.config.schema import Arrival, Flow, OnFailure, RunConfig
 from pdbench.driver.run_dir import pending_deployments
 from pdbench.plan.deployments import Plan, make_plan
-from pdbench.plan.identity import (
+from pdbench.results.identity import (
     MEASURED_SECTIONS,
     OPERATIONAL,
     SWEEP_AXES,
@@ -196,7 +196,7 @@ def test_fields_added_later_at_their_implied_value_keep_older_ids():
     """A run dir recorded before workload.arrival/burstiness and flow.policy existed resumes:
     at the value those runs implied the fields are left out of ids and of the manifest's
     comparison; any other value is measured."""
-    from pdbench.plan.identity import ADDED_LATER, measured_config
+    from pdbench.results.identity import ADDED_LATER, measured_config
 
     cfg = all_flows()
     record = to_jsonable(cfg)

@@ -34,15 +34,15 @@ PACKAGES = ("pdbench", "jobs", "connector", "analysis", "records")
 # The vLLM plugin side of connector/ (loaded by vLLM inside the servers) and the transfer
 # bench side (run by jobs/entry/transfer_bench.py) share only these leaf modules.
 PLUGIN = {
-    "connector.vllm_plugin",
-    "connector.tracing",
-    "connector.transfer_trace",
-    "connector.request_timing",
-    "connector.core_binding",
-    "connector.nixl_progress",
-    "connector.engine_idle",
-    "connector.engine_start",
-    "connector.kv_params_service",
+    "connector.plugin.vllm_plugin",
+    "connector.plugin.tracing",
+    "connector.plugin.transfer_trace",
+    "connector.plugin.request_timing",
+    "connector.plugin.core_binding",
+    "connector.plugin.nixl_progress",
+    "connector.plugin.engine_idle",
+    "connector.plugin.engine_start",
+    "connector.plugin.kv_params_service",
 }
 CONNECTOR_SHARED = {
     "connector.layout",
@@ -239,7 +239,7 @@ def entry_runtime_import(imp: Import) -> bool:
     """A job entry's one import of the node runtime, inside the function that runs it."""
     return (
         imp.source.startswith("jobs.entry.")
-        and imp.target.startswith("jobs.")
+        and imp.target.startswith(("jobs.", "connector.bench."))
         and not imp.target.startswith("jobs.entry")
         and ENTRY_LAZY in imp.text
     )
@@ -352,7 +352,9 @@ def test_the_contract_fails_on_an_upward_import(tree_copy):
     finally:
         planted.write_text(original)
     assert out.returncode != 0
-    assert "layers: CLI -> driver -> jobs -> pure core -> connector -> records BROKEN" in out.stdout
+    assert (
+        "layers: CLI -> driver -> jobs -> pure core (validate, spec, plan, results, " in out.stdout
+    )
     assert "pdbench.plan.lengths -> pdbench.driver.launch" in out.stdout
 
 
@@ -375,11 +377,37 @@ def test_the_contract_fails_on_a_node_runtime_import_in_the_driver_and_an_unplac
     assert "jobs.helper" in out.stdout  # exhaustive: every module of jobs/ in a layer
 
 
-def loaded_by(statement: str) -> list[str]:
-    """The project's jobs/ modules a fresh interpreter holds after ``statement``."""
+def test_the_pure_core_is_ordered_a_back_edge_fails(tree_copy):
+    # validate -> spec -> plan -> results -> traffic -> config: results may not import plan
+    planted = tree_copy / "pdbench" / "results" / "jsonable.py"
+    original = planted.read_text()
+    planted.write_text(original + "\nimport pdbench.plan.points  # planted\n")
+    try:
+        out = lint_imports(tree_copy)
+    finally:
+        planted.write_text(original)
+    assert out.returncode != 0
+    assert "pdbench.results.jsonable -> pdbench.plan.points" in out.stdout
+
+
+def test_the_connector_split_holds_a_plugin_to_bench_import_fails(tree_copy):
+    planted = tree_copy / "connector" / "plugin" / "tracing.py"
+    original = planted.read_text()
+    planted.write_text(original + "\nimport connector.bench.kv_buffer  # planted\n")
+    try:
+        out = lint_imports(tree_copy)
+    finally:
+        planted.write_text(original)
+    assert out.returncode != 0
+    assert "connector: the vLLM plugin and the transfer bench apart" in out.stdout
+    assert "connector.plugin.tracing -> connector.bench.kv_buffer" in out.stdout
+
+
+def loaded_by(statement: str, package: str = "jobs") -> list[str]:
+    """The project's modules under ``package`` a fresh interpreter holds after ``statement``."""
     code = (
         f"import sys; {statement}; print(' '.join(sorted(m for m in sys.modules "
-        "if m.split('.')[0] == 'jobs')))"
+        f"if m == {package!r} or m.startswith({package + '.'!r}))))"
     )
     out = subprocess.run(
         [sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120
@@ -392,3 +420,10 @@ def test_the_cli_loads_no_node_runtime_module():
     loaded = loaded_by("import pdbench.cli")
     assert loaded, "the CLI imports the job entries"
     assert [m for m in loaded if node_runtime(m)] == []
+
+
+def test_the_cli_loads_neither_the_vllm_plugin_nor_the_bench_runtime():
+    loaded = loaded_by("import pdbench.cli", "connector")
+    assert "connector.layout" in loaded  # the leaves it does use
+    assert [m for m in loaded if m.startswith(("connector.plugin", "connector.bench."))] == []
+    assert "connector.bench" not in loaded

@@ -13,7 +13,7 @@ import urllib.request
 import aiohttp
 import pytest
 
-from connector.kv_params_service import OUTPUT_IDS_KEY, ParamsBoard, ParamsServer, parse_addr
+from connector.plugin.kv_params_service import OUTPUT_IDS_KEY, ParamsBoard, ParamsServer, parse_addr
 from jobs.serving.router import Router, RouterConfig
 from pdbench.config.schema import FlowConfig
 from pdbench.spec.launch import router_settings

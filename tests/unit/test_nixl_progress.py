@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from connector.nixl_progress import CPU_DELAY_US, agent_progress_delay, progress_delay_us
+from connector.plugin.nixl_progress import CPU_DELAY_US, agent_progress_delay, progress_delay_us
 from connector.process_env import NIXL_PROGRESS_DELAY_ENV
 
 pytestmark = pytest.mark.unit

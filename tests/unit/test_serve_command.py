@@ -2,8 +2,8 @@ import json
 
 import pytest
 
-from connector.engine_idle import CPU_WAIT_MS
-from connector.nixl_progress import CPU_DELAY_US
+from connector.plugin.engine_idle import CPU_WAIT_MS
+from connector.plugin.nixl_progress import CPU_DELAY_US
 from pdbench.config.schema import Flow, RoleSpec
 from pdbench.plan.deployments import make_plan
 from pdbench.spec.serve_command import kv_transfer_config, serve_command, serve_env
@@ -27,7 +27,7 @@ def test_cpu_prefill_command_and_env():
     assert "--enable-prefix-caching" in serve_command(dep, d, "/m", "127.0.0.1", "python")
     kv = json.loads(_flag(cmd, "--kv-transfer-config"))
     assert kv["kv_connector"] == "NixlConnector"
-    assert kv["kv_connector_module_path"] == "connector.vllm_plugin"
+    assert kv["kv_connector_module_path"] == "connector.plugin.vllm_plugin"
     assert kv["kv_buffer_device"] == "cpu"
     assert kv["kv_connector_extra_config"]["bidirectional_kv_xfer"] is True
     env = serve_env(dep, p, "127.0.0.1", "", "/tr")
@@ -39,9 +39,9 @@ def test_cpu_prefill_command_and_env():
     assert "PDBENCH_KV_PARAMS_ADDR" not in env  # P's params come in its own response
     assert "CUDA_VISIBLE_DEVICES" not in env
     # What the servers run with is in the spec: the engine core forked, not spawned
-    # (connector/engine_start.py), TP 1 workers inside the engine core, the NIXL progress
-    # thread's poll timeout (connector/nixl_progress.py), the engine's wait while it only
-    # holds leases (connector/engine_idle.py).
+    # (connector/plugin/engine_start.py), TP 1 workers inside the engine core, the NIXL progress
+    # thread's poll timeout (connector/plugin/nixl_progress.py), the engine's wait while it only
+    # holds leases (connector/plugin/engine_idle.py).
     for e in (env, d_env):
         assert e["PDBENCH_ENGINE_START"] == "fork"
         assert e["VLLM_ENABLE_V1_MULTIPROCESSING"] == "0"

@@ -244,7 +244,7 @@ def test_ucx_proto_tables():
 
 def test_verify_catches_a_misplaced_run():
     torch = pytest.importorskip("torch")
-    from connector import kv_buffer
+    from connector.bench import kv_buffer
 
     owner = torch.zeros(64, dtype=torch.uint8)
     kv_buffer.fill_pattern(owner)

@@ -51,7 +51,7 @@ def nvlink(cfg):
 
 
 def record(gb_s: float, transports: list[str], integrity_ok: bool = True) -> TransferRecord:
-    """What connector.bench's reader writes for the probe's one case."""
+    """What connector.bench.runner's reader writes for the probe's one case."""
     return bench_record(
         gb_s=gb_s,
         ucx_transports=transports,

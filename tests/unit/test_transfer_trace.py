@@ -8,7 +8,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from connector.transfer_trace import (
+from connector.plugin.transfer_trace import (
     TracingNixlWrapper,
     direction,
     install_tracer,

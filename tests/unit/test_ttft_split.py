@@ -4,7 +4,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from connector.request_timing import (
+from connector.plugin.request_timing import (
     STEP_ATTRIBUTE,
     RequestTimer,
     RequestTimingMixin,

@@ -28,12 +28,12 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from connector import kv_buffer
+from connector.bench import kv_buffer
+from connector.bench.nixl_peer import NixlPeer, PeerAborted, PeerInfo, node_name, publish_failure
 from connector.bench_config import MemoryKind, XferOp
 from connector.bench_plan import BenchCase, BenchSpec
 from connector.bench_record import flag_reasons, gb_per_s, quantile
 from connector.layout import BlockTransfer
-from connector.nixl_peer import NixlPeer, PeerAborted, PeerInfo, node_name, publish_failure
 from connector.ucx_proto import data_transports, parse_proto_info
 from records.bench import TransferRecord
 

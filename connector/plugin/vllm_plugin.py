@@ -1,7 +1,8 @@
 """pdbench's vLLM KV-connector plugin: vLLM's NixlConnector plus a KV-params service.
 
-Loaded by vLLM through ``kv_transfer_config.kv_connector_module_path = connector.vllm_plugin``
-with ``kv_connector = NixlConnector`` (vLLM enables NIXL-specific behaviour by that name).
+Loaded by vLLM through ``kv_transfer_config.kv_connector_module_path``
+(``connector.plugin.vllm_plugin``) with ``kv_connector = NixlConnector`` (vLLM enables
+NIXL-specific behaviour by that name).
 
 Why the service: vLLM returns a finished request's ``kv_transfer_params`` (the blocks D keeps
 for the next turn) only in non-streaming responses. The router streams D's tokens to the
@@ -9,7 +10,7 @@ client, so on the scheduler side (vLLM's engine-core process, where ``request_fi
 runs when the request finishes, before vLLM sends the last chunk) the plugin keeps those
 params and serves them over HTTP on ``$PDBENCH_KV_PARAMS_ADDR`` (``host:port``, set by the
 launch spec on decode instances); the router asks for them when the stream ends
-(``connector.kv_params_service``), with the request's output token ids, so that the router
+(``connector.plugin.kv_params_service``), with the request's output token ids, so that the router
 pulls only onto a prompt that extends exactly what D holds.
 """
 
@@ -21,14 +22,14 @@ from typing import Any
 
 from vllm.v1.engine.core import EngineCoreProc
 
-from connector import engine_idle
-from connector.kv_params_service import ParamsBoard, ParamsServer, parse_addr
 from connector.parent_death import die_with_parent
-from connector.process_env import KV_PARAMS_ADDR_ENV, RUN_DIR_ENV
-from connector.request_timing import RequestTimingMixin
+from connector.plugin import engine_idle
+from connector.plugin.kv_params_service import ParamsBoard, ParamsServer, parse_addr
+from connector.plugin.request_timing import RequestTimingMixin
 
 # vLLM's NixlConnector with pdbench's per-transfer tracing (inactive unless a trace dir is set).
-from connector.tracing import NixlConnector as _VllmNixlConnector
+from connector.plugin.tracing import NixlConnector as _VllmNixlConnector
+from connector.process_env import KV_PARAMS_ADDR_ENV, RUN_DIR_ENV
 
 logger = logging.getLogger("vllm.pdbench.kv_params")  # vLLM configures the "vllm" tree
 
@@ -49,7 +50,7 @@ def start_params_service(addr: str) -> ParamsServer:
 
 
 def wait_engine_when_idle(on_cpu: bool) -> None:
-    """``connector.engine_idle`` on this process's engine core, with a log line."""
+    """``connector.plugin.engine_idle`` on this process's engine core, with a log line."""
     wait_ms = engine_idle.idle_wait_ms(os.environ, on_cpu)
     installed = engine_idle.install(EngineCoreProc, wait_ms)
     logger.info("pdbench: %s", engine_idle.describe(wait_ms if installed else None))
@@ -64,7 +65,7 @@ def follow_the_api_server() -> None:
 
 class NixlConnector(RequestTimingMixin, _VllmNixlConnector):
     """vLLM's NixlConnector that also serves finished requests' KV-transfer params and
-    times every request (``connector.request_timing``)."""
+    times every request (``connector.plugin.request_timing``)."""
 
     def __init__(self, vllm_config, role, kv_cache_config=None):
         super().__init__(vllm_config, role, kv_cache_config)

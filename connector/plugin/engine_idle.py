@@ -28,9 +28,7 @@ import queue
 from collections.abc import Mapping
 from typing import Any
 
-from connector.process_env import ENGINE_IDLE_WAIT_ENV, whole_number
-
-CPU_WAIT_MS = 50  # 20 empty steps a second at most while only leases are held
+from connector.process_env import CPU_WAIT_MS, ENGINE_IDLE_WAIT_ENV, whole_number
 
 _PATCHED = "_pdbench_idle_wait_s"  # set on the engine class once patched: the wait in seconds
 

@@ -2,7 +2,7 @@
 
 vLLM keeps each request's queue and prefill times only as Prometheus histograms; the
 connector's hooks see every request on its way through the scheduler, so pdbench's plugin
-(``connector.vllm_plugin``) records them per request, keyed by vLLM's request id (which
+(``connector.plugin.vllm_plugin``) records them per request, keyed by vLLM's request id (which
 holds the router's ``X-Request-Id``). Clock: ``time.time()`` of the server's host, in every
 process of the server (API server, engine core, workers); only differences within one
 server are used.
@@ -42,8 +42,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from connector.plugin.transfer_trace import JsonLines
 from connector.process_env import TIMING_DIR_ENV
-from connector.transfer_trace import JsonLines
 
 logger = logging.getLogger("vllm.pdbench.timing")
 

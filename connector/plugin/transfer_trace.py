@@ -29,7 +29,7 @@ nixl_post_s        NIXL telemetry: time spent in the post call itself
 backend            NIXL backend that ran it; ``status`` ``ok`` | ``failed``
 =================  ================================================================
 
-No vLLM import here (the plugin class lives in ``connector.tracing``), so all of this is
+No vLLM import here (the plugin class lives in ``connector.plugin.tracing``), so all of this is
 testable against a fake agent and a stand-in worker.
 """
 

@@ -23,9 +23,7 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
 
-from connector.process_env import NIXL_PROGRESS_DELAY_ENV, whole_number
-
-CPU_DELAY_US = 1000  # 1 ms: the thread wakes at once when a socket is ready, else 1000/s
+from connector.process_env import CPU_DELAY_US, NIXL_PROGRESS_DELAY_ENV, whole_number
 
 
 def progress_delay_us(environ: Mapping[str, str], on_cpu: bool) -> int | None:

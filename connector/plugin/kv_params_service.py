@@ -32,7 +32,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
-from connector.request_timing import external_id
+from connector.plugin.request_timing import external_id
 
 MAX_WAIT_S = 30.0  # the longest one GET may wait for its params
 OUTPUT_IDS_KEY = "pdbench_output_token_ids"  # D's output token ids, beside vLLM's params

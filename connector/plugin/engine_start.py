@@ -29,7 +29,6 @@ from typing import Any
 from connector.process_env import ENGINE_START_ENV
 
 METHODS = ("fork", "spawn")
-CPU_METHOD = "fork"  # what the launch spec sets for CPU servers
 VLLM_METHOD_ENV = "VLLM_WORKER_MULTIPROC_METHOD"  # vLLM reads it when it starts a process
 
 _WRAPPED = "_pdbench_start_method"  # set on the platform class once wrapped
