@@ -50,7 +50,7 @@ def point_summary(point: PointResult) -> dict[str, Any]:
     """The scalar results of one Point, flat, as W&B summary keys."""
     summary = flatten(asdict(point.summary))
     summary.update(flatten(asdict(point.transfer), "transfer/"))
-    summary["status"] = point.status.value
+    summary["status"] = str(point.status)
     summary["error"] = point.error
     return summary
 
@@ -147,7 +147,7 @@ class WandbTracker(Tracker):
                 run.log({"by_turn": wandb.Table(columns=columns, data=rows)})
             run.summary.update(point_summary(point))
         finally:
-            run.finish(exit_code=0 if point.status is PointStatus.ok else 1)
+            run.finish(exit_code=0 if point.status == PointStatus.ok else 1)
 
 
 def make_tracker(cfg: TrackingConfig, run_dir: Path, run_name: str) -> Tracker:

@@ -41,7 +41,7 @@ def observations(records: list[PointResult], pull_flow: str) -> list[Observation
     """One paired saving per block with an ok record of recompute and of ``pull_flow``."""
     by_block: dict[Block, dict[str, float]] = defaultdict(dict)
     for record in records:
-        if record.status is not PointStatus.ok:
+        if record.status != PointStatus.ok:
             continue
         ttft = differing_turns_ms(record)
         if ttft is not None:

@@ -411,7 +411,8 @@ class WorkloadConfig:
     burstiness: float = bounded(
         1.0, low=0, high=10, above=True
     )  # gamma arrivals: the gaps' coefficient of variation (1: Poisson)
-    request_timeout_s: float = bounded(120.0, low=0, high=WEEK_S, above=True)
+    # a request's whole answer; below a second nothing a server does finishes
+    request_timeout_s: float = bounded(120.0, low=1, high=WEEK_S)
     seed: int = bounded(0, low=0, high=SEED)
     # Independent repetitions of every (flow, history length): Points of their own, with fresh
     # conversations (token ids from ``pdbench.plan.points.repetition_seed(seed, r)``) and their
@@ -451,7 +452,7 @@ class ServerConfig:
     enforce_eager: bool = False
     # Seconds a server may take to answer /health: 70B from a shared filesystem reads
     # ~140 GB per instance, then compiles and captures CUDA graphs.
-    startup_timeout_s: float = bounded(1800.0, low=0, high=WEEK_S, above=True)
+    startup_timeout_s: float = bounded(1800.0, low=10, high=WEEK_S)  # no vLLM starts faster
     base_port: int = bounded(8100, low=1, high=PORT)
     side_channel_base_port: int = bounded(5600, low=1, high=PORT)
     # VLLM_PORT of instance i: vllm_base_port + 16 * i, where vLLM's own ports start (torch

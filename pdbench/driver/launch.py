@@ -176,5 +176,5 @@ def finish_sweep(launches: list[Launched]) -> bool:
     for root in run_dirs:
         store = RunStore(root)
         print_run_table(store.iter_points(), str(root))
-        ok = ok and all(p.status is PointStatus.ok for p in store.iter_points())
+        ok = ok and all(p.status == PointStatus.ok for p in store.iter_points())
     return ok

@@ -26,9 +26,9 @@ def ttft_by_turn(points: list[PointResult]) -> tuple[list[str], list[list[str]]]
             flows.append(key)
         for row in p.by_turn:
             turns.add(row.turn)
-            if p.status is PointStatus.ok:
+            if p.status == PointStatus.ok:
                 cells[(row.turn, key)].append(row)
-        if p.status is not PointStatus.ok:
+        if p.status != PointStatus.ok:
             failed.add(key)
 
     def cell(turn: int, key: str) -> str:
@@ -74,7 +74,7 @@ def print_run_table(points: list[PointResult], run_dir: str) -> None:
         for p in dep_points:
             s = p.summary
             console.print(
-                f"  {p.flow:<12} {p.status.value:<6} requests {s.requests} "
+                f"  {p.flow:<12} {str(p.status):<6} requests {s.requests} "
                 f"(failed {s.failed_requests}), TTFT p50 {s.ttft_ms.p50:.0f} ms, "
                 f"ITL p50 {s.itl_ms.p50:.1f} ms "
                 f"({s.tokens_per_chunk_mean:.1f} tokens/chunk), "

@@ -284,4 +284,4 @@ class RunDir:
         return stop_after(self.cfg, self.plan, self.store, dep, outcome)
 
     def all_ok(self) -> bool:
-        return all(p.status is PointStatus.ok for p in self.store.iter_points())
+        return all(p.status == PointStatus.ok for p in self.store.iter_points())

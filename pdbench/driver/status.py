@@ -104,9 +104,9 @@ def count_points(store: RunStore, point_ids: list[str]) -> tuple[dict[str, int],
             counts["corrupt"] += 1
             notes.append(f"    corrupt {err} (a rerun measures it again)")
             continue
-        state = "pending" if rec is None else rec.status.value
+        state = "pending" if rec is None else str(rec.status)
         counts[state] = counts.get(state, 0) + 1
-        if rec is not None and rec.status is not PointStatus.ok:
+        if rec is not None and rec.status != PointStatus.ok:
             first = rec.error.splitlines()[:1]
             notes.append(f"    failed {pid}: {first[0] if first else ''}")
     return counts, notes

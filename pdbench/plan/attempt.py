@@ -117,7 +117,7 @@ def median_point_s(records: list[PointResult]) -> float | None:
     spans = sorted(
         r.finished_at - r.started_at
         for r in records
-        if r.status is PointStatus.ok and r.finished_at > r.started_at > 0
+        if r.status == PointStatus.ok and r.finished_at > r.started_at > 0
     )
     if not spans:
         return None

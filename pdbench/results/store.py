@@ -249,7 +249,7 @@ class RunStore:
             return PointStatus.corrupt
         if record is None:
             return PointStatus.pending
-        return PointStatus.ok if record.status is PointStatus.ok else PointStatus.failed
+        return PointStatus.ok if record.status == PointStatus.ok else PointStatus.failed
 
     def iter_points(self) -> list[PointResult]:
         """Every Point's record in the dir; ``CorruptRecord`` at the first that is not one."""

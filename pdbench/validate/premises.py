@@ -215,6 +215,26 @@ def check_concurrency(cfg: RunConfig) -> list[ConfigProblem]:
     return out
 
 
+def check_pull_has_a_next_turn(cfg: RunConfig) -> list[ConfigProblem]:
+    """A pull needs a turn 2: the first turn of a conversation has nothing on D to pull."""
+    w = cfg.workload
+    flows = pulling_flows(cfg)
+    if not flows or not premises_apply(cfg) or w.kind is WorkloadKind.trace:
+        return []
+    if w.turns < 1 or max(w.turns, w.turns_max) >= 2:
+        return []  # < 1: check_counts says so
+    names = ", ".join(f.value for f in flows)
+    return [
+        ConfigProblem(
+            "workload.turns",
+            w.turns,
+            f"gives every conversation one turn: nothing is ever on D for {names} to pull, so "
+            "pull and recompute do the same work and no crossover or saving can be measured",
+            f"workload.turns=2 or more, or {ANYWAY}",
+        )
+    ]
+
+
 def check_repetitions(cfg: RunConfig) -> list[ConfigProblem]:
     """An interval needs two repetitions at least."""
     n = cfg.workload.repetitions
@@ -290,6 +310,7 @@ def premises_of(cfg: RunConfig) -> list[str]:
 
 PREMISE_RULES: tuple[Rule, ...] = (
     check_concurrency,
+    check_pull_has_a_next_turn,
     check_pull_window,
     check_lease_outlasts_a_wave,
     check_p_evicts,

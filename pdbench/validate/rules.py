@@ -64,6 +64,7 @@ from pdbench.validate.gpu import GPU_RULES
 from pdbench.validate.model_source import is_local_path, weights_in
 from pdbench.validate.policy import check_policy, warn_policy_forced
 from pdbench.validate.premises import PREMISE_RULES, PREMISE_WARNINGS
+from pdbench.validate.search import check_search
 from pdbench.validate.trace import check_trace, warn_pauses_outlast_lease
 from pdbench.validate.unchecked import warn_model_path_checked_on_the_nodes
 
@@ -721,6 +722,14 @@ def _dir_problem(name: str, value: str) -> ConfigProblem | None:
         return ConfigProblem(
             name, value, f"cannot be created: {existing} is a file", "a path under a directory"
         )
+    if _virtual(existing):
+        return ConfigProblem(
+            name,
+            value,
+            f"is on {existing}, a virtual filesystem (no storage: /proc, /sys): nothing can be "
+            "written there",
+            f"a directory on a disk, e.g. {example}",
+        )
     if not os.access(existing, os.W_OK | os.X_OK):
         where = "it" if existing == path else existing
         return ConfigProblem(
@@ -776,6 +785,31 @@ def check_names(cfg: RunConfig) -> list[ConfigProblem]:
                     "topology) changes it",
                 )
     return out
+
+
+def _virtual(path: Path) -> bool:
+    """A filesystem with no storage behind it (procfs, sysfs report no blocks at all)."""
+    try:
+        return os.statvfs(path).f_blocks == 0
+    except OSError:
+        return False
+
+
+def check_local_cores(cfg: RunConfig) -> list[ConfigProblem]:
+    """On the local executor the node is this machine: it cannot have more cores than it has."""
+    c = cfg.cluster
+    have = os.cpu_count() or 1
+    if c.executor is not ExecutorKind.local or c.cpus_per_node <= have:
+        return []
+    return [
+        ConfigProblem(
+            "cluster.cpus_per_node",
+            c.cpus_per_node,
+            f"is more than this machine's {have} cores (the local executor's one node): servers "
+            "would be pinned to cores that do not exist",
+            f"cluster.cpus_per_node=0 (this machine's {have}) or at most {have}",
+        )
+    ]
 
 
 def check_dirs(cfg: RunConfig) -> list[ConfigProblem]:
@@ -880,6 +914,7 @@ RULES: tuple[Rule, ...] = (
     check_arrivals,
     check_duplicates,
     check_axes_given,
+    check_search,
     check_kv_cache,
     check_workload_fits,
     check_ports,
@@ -888,6 +923,7 @@ RULES: tuple[Rule, ...] = (
     check_cpu_memory,
     check_kv_blocks,
     check_dirs,
+    check_local_cores,
     check_names,
     check_time_limit,
     check_figures,

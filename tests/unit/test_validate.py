@@ -105,7 +105,8 @@ def test_cpu_instances_must_fit_the_cores():
     assert any("exceeds the 2 cores" in str(p) for p in validate(cfg))
 
 
-def test_cpu_tp_counts_a_core_set_per_rank():
+def test_cpu_tp_counts_a_core_set_per_rank(monkeypatch):
+    monkeypatch.setattr("os.cpu_count", lambda: 3)  # a local node is this machine
     cfg = cpu_run()
     cfg.topology = TopologyConfig(name="p1_d2", prefill=RoleSpec(1, 1), decode=RoleSpec(1, 2))
     cfg.cluster.cpus_per_node = 3  # P TP1 + D TP2: three ranks, one core each
@@ -314,12 +315,16 @@ def test_check_lists_every_problem_one_per_line():
         assert "=" in line and ". Fix: " in line
 
 
-def test_validate_reads_no_cluster_it_is_not_given():
-    # cpus_per_node 0 on CPU: the driver machine's cores; an explicit value wins.
+def test_validate_reads_no_cluster_it_is_not_given(monkeypatch):
+    # cpus_per_node 0 on CPU: the driver machine's cores; an explicit value wins, up to the
+    # cores a local node (this machine) has
+    monkeypatch.setattr("os.cpu_count", lambda: 64)
     cfg = cpu_run()
     cfg.cluster = ClusterConfig(executor=ExecutorKind.local, cpus_per_node=64)
     cfg.server.cpu_threads_per_instance = 16
     assert validate(cfg) == []
+    monkeypatch.setattr("os.cpu_count", lambda: 2)
+    only(cfg, "cluster.cpus_per_node", 64, "more than this machine's 2 cores")
 
 
 def test_sweep_axes_and_kv_sampling_are_checked():
