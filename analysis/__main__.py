@@ -8,7 +8,7 @@ Every comparison carries its 95% confidence interval, or says "inconclusive" and
 many repetitions would decide it; a run whose A/A control (turn 1) fails is marked INVALID.
 
 Outputs go to ``<first RUN_DIR>/analysis/`` (``--out`` to change): summary.json,
-policy.json (when a crossover was measured: ``analysis/policy.py``), report.html, PNG
+policy.json (when a crossover was measured: ``analysis/output/policy.py``), report.html, PNG
 plots, tables/*.csv. Several run dirs are analysed together (e.g. a
 crossover sweep and a transfer-bench run). Exit status: 0 analysed, 1 no Point records
 found (outputs still written, saying so), 2 bad arguments, 3 corrupt records found (named;
@@ -23,8 +23,8 @@ import os
 import sys
 from pathlib import Path
 
+from analysis.output.wandb_report import log_to_wandb, wandb_key_problem
 from analysis.pipeline import run_analysis
-from analysis.wandb_report import log_to_wandb
 from pdbench.results.store import RUN_FOLDERS
 from records.versions import SchemaVersionError
 
@@ -133,6 +133,11 @@ def main(argv: list[str] | None = None) -> int:
             f"Fix: --out <RUN>/analysis (the default), or a folder outside the run",
             file=sys.stderr,
         )
+        return 2
+    wants_wandb = args.wandb or args.wandb_report
+    no_key = wandb_key_problem(args.wandb_mode, os.environ, Path.home()) if wants_wandb else ""
+    if no_key:  # said before the analysis runs, not after
+        print(f"error: {no_key}", file=sys.stderr)
         return 2
     problem = out_dir_problem(out_dir, given=args.out is not None)
     if problem:

@@ -9,32 +9,16 @@ loaded dataframes).
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
-from analysis import policy, report
-from analysis.answer import summary_dict
-from analysis.deployment import Context
-from analysis.load import Progress, RunData, load_runs
-from analysis.plotting import make_plots
-from analysis.question import Answered
-from analysis.registry import answer_all
-
-
-@dataclass
-class Outputs:
-    out_dir: Path
-    ctx: Context
-    answered: list[Answered]
-    summary: dict[str, Any]
-    report: Path
-    plots: list[Path]
-    policy: Path | None = None  # policy.json, when a crossover was measured
-
-    @property
-    def data(self) -> RunData:
-        return self.ctx.data
+from analysis.load.runs import Progress, RunData, load_runs
+from analysis.method.deployment import Context
+from analysis.output import policy, report
+from analysis.output.answer import summary_dict
+from analysis.output.outputs import Outputs
+from analysis.output.plotting import make_plots
+from analysis.output.tables import Tables
+from analysis.questions.registry import answer_all
 
 
 def write_tables(data: RunData, out_dir: Path) -> None:
@@ -64,9 +48,11 @@ def run_analysis(
     made = make_plots(ctx, answered, out, progress)
     summary = summary_dict(data, answered, [p.path.name for p in made])
     (out / "summary.json").write_text(json.dumps(summary, indent=1))
+    tables = Tables.of(ctx, answered)  # every output's tables, computed once
     found = policy.policy_of(ctx)
     policy_path = policy.write(out / policy.FILE_NAME, found) if found else None
     write_tables(data, out)
     html_path = out / "report.html"
-    html_path.write_text(report.render(ctx, answered, made))
-    return Outputs(out, ctx, answered, summary, html_path, [p.path for p in made], policy_path)
+    html_path.write_text(report.render(ctx, answered, made, summary, tables))
+    paths = [p.path for p in made]
+    return Outputs(out, ctx, answered, summary, html_path, paths, tables, policy_path)

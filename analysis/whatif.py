@@ -25,7 +25,7 @@ Arguments (key=value):
 Each argument once; numbers finite, rates and lengths > 0, alpha and overhead >= 0 (an
 error names the argument; exit status 2).
 
-Model: computing ``h`` history tokens costs their FLOPs (``analysis.model_cost``) at
+Model: computing ``h`` history tokens costs their FLOPs (``analysis.method.model_cost``) at
 ``prefill_tok_s x FLOPs per short-prompt token``; pulling them costs ``alpha + h x KV bytes
 per token / bandwidth``. The fixed cost per pull (alpha) is the least measured input (the
 transfer fit's intercept, or a guess), so the answer is also shown for alphas around it.
@@ -38,10 +38,10 @@ import math
 import sys
 from dataclasses import dataclass, field, replace
 
-from analysis import policy as policy_file
-from analysis.model_cost import ModelShape, known_shapes
-from analysis.predict import first_principles_saving, predicted_crossover
-from analysis.saving_curve import Shape
+from analysis.method.model_cost import ModelShape, known_shapes
+from analysis.method.predict import first_principles_saving, predicted_crossover
+from analysis.method.saving_curve import Shape
+from analysis.output import policy as policy_file
 from connector.layout import dtype_nbytes
 
 KEYS = (

@@ -1,6 +1,6 @@
 """Does the calibration check catch a wrong interval? The method and its deliberate breaks on
 seeded synthetic crossing runs (``Noise.rough``, the runner's randomized blocks), each
-through ``analysis.calibration``'s checks (coverage at 50% and 95% of the cells at every
+through ``testbed.calibration``'s checks (coverage at 50% and 95% of the cells at every
 length and of the band at both ends and at the true crossover, the crossover's coverage,
 power floors).
 
@@ -27,22 +27,21 @@ import contextlib
 import json
 import os
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
-from unittest import mock
 
 import numpy as np
 import pandas as pd
 from scipy.stats import norm
 
-from analysis import saving_curve, stats
-from analysis.calibration import RunEstimates, calibration, run_estimates
-from analysis.load import records_to_run_data
-from analysis.pairs import paired, request_frame, waves
-from analysis.pull_recompute import fit_waves
-from analysis.saving_curve import crossover
-from analysis.synthetic import Noise, RunOrder, SyntheticDeployment, synthetic_records
+from analysis.load.runs import records_to_run_data
+from analysis.method import stats
+from analysis.method.pairs import paired, request_frame, waves
+from analysis.method.pull_recompute import fit_waves
+from analysis.method.saving_curve import crossover
+from testbed.calibration import RunEstimates, calibration, run_estimates
+from testbed.synthetic import Noise, RunOrder, SyntheticDeployment, synthetic_records
 
 HISTORIES = (128, 512, 1024, 1536, 2048)
 USER, OUTPUT = 64, 16  # turn 2's history is the length + 80
@@ -106,7 +105,7 @@ def estimates(req: pd.DataFrame, dep: SyntheticDeployment = CROSSING) -> RunEsti
 
 # ---- breaks ----------------------------------------------------------------------------------
 
-_linear = stats.linear_interval
+_linear = stats.rao_wu_spread
 
 
 def _variant(rescale: bool = True, pooled: bool = False, scale: float = 1.0):
@@ -143,15 +142,10 @@ def _normal_crits(df, level=stats.LEVEL):
     return np.where(d > 0, norm.ppf(0.5 + level / 2.0), np.nan)
 
 
-@contextlib.contextmanager
-def _patched(linear=None, crits=None) -> Iterator[None]:
-    with contextlib.ExitStack() as stack:
-        if linear is not None:
-            for module in (stats, saving_curve):
-                stack.enter_context(mock.patch.object(module, "linear_interval", linear))
-        if crits is not None:
-            stack.enter_context(mock.patch.object(stats, "t_crits", crits))
-        yield
+def _patched(linear=None, crits=None) -> contextlib.AbstractContextManager:
+    """The analysis with one part of its interval method broken (``stats.method``)."""
+    parts = {"linear_interval": linear, "t_crits": crits}
+    return stats.method(**{k: v for k, v in parts.items() if v is not None})
 
 
 def _no_strata(contrib, strata):

@@ -23,10 +23,10 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from analysis.load import records_to_run_data
-from analysis.pairs import paired, request_frame
-from analysis.pull_recompute import Control, control
-from analysis.synthetic import Noise, RunOrder, SyntheticDeployment, synthetic_records
+from analysis.load.runs import records_to_run_data
+from analysis.method.pairs import paired, request_frame
+from analysis.method.pull_recompute import Control, control
+from testbed.synthetic import Noise, RunOrder, SyntheticDeployment, synthetic_records
 
 
 @dataclass(frozen=True)

@@ -30,7 +30,7 @@ from pathlib import Path
 
 from pdbench.config.schema import SearchConfig
 from pdbench.plan import crossover_search as cs
-from tests.unit.test_crossover_search import MAX_TOKENS, measure, planted, search
+from testbed.crossover_sim import MAX_TOKENS, measure, planted, search
 
 CASES = ((20, 3.3e-4), (120, 3.3e-4), (2_000, 2e-5), (20_000, 2e-5))
 GRID = (0, 32, 64, 128, 256, 512, 1024, 2048, 4096)

@@ -40,6 +40,7 @@ from pdbench.driver.preflight import run_preflight_alone
 from pdbench.driver.report_table import print_run_table
 from pdbench.driver.run_dir import RunDir
 from pdbench.driver.serve import serve, serve_problem
+from pdbench.driver.slurm_partitions import partition_problem
 from pdbench.driver.status import print_status, stop_leftovers
 from pdbench.driver.transfer_bench import run_transfer_bench
 from pdbench.plan.deployments import make_plan
@@ -279,9 +280,13 @@ def launch_refusals(jobs: list[Job], origin: LaunchOrigin) -> list[str]:
     problems: list[str] = []
     for job in jobs:
         cfg = job.cfg
+        label = f"[{' '.join(job.overrides)}] " if len(jobs) > 1 else ""
+        partition = partition_problem(cfg)
+        if partition is not None:
+            problems.append(label + str(partition))
+            continue
         if cfg.command not in (Command.run, Command.serve):
             continue
-        label = f"[{' '.join(job.overrides)}] " if len(jobs) > 1 else ""
         plan = make_plan(cfg)
         found = serve_problem(plan) if cfg.command is Command.serve else None
         if found is not None:
@@ -494,6 +499,8 @@ def main(argv: list[str]) -> None:
                 debug,
             )
         print_checked(jobs)
+        if inv.shows_config:  # check --cfg job: validated, then printed as Hydra prints it
+            _hydra_prints(inv.argv, debug)
         return
     if inv.show_only or inv.shows_config:
         _hydra_prints(inv.argv, debug)

@@ -1,2 +1,2 @@
-"""One module per question the analysis answers (``analysis/question.py`` says what a
-question holds; ``analysis/registry.py`` lists them)."""
+"""One module per question the analysis answers (``analysis/questions/question.py`` says what a
+question holds; ``analysis/questions/registry.py`` lists them)."""

@@ -13,10 +13,10 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from analysis.deployment import Context, DeploymentAnalysis
-from analysis.pairs import PAIR_KEY
-from analysis.pull_recompute import level, paired_difference
-from analysis.stats import Verdict, mean_verdict
+from analysis.method.deployment import Context, DeploymentAnalysis
+from analysis.method.pairs import PAIR_KEY
+from analysis.method.pull_recompute import level, paired_difference
+from analysis.method.stats import Verdict, mean_verdict
 
 
 @dataclass

@@ -13,10 +13,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from analysis import plotkit
-from analysis.deployment import Context, DeploymentAnalysis
-from analysis.pull_recompute import Control, flow_levels
-from analysis.question import PlotSpec, Question
+from analysis.kit import plotkit
+from analysis.method.deployment import Context, DeploymentAnalysis
+from analysis.method.pull_recompute import Control, flow_levels
+from analysis.questions.question import PlotSpec, Question
 
 
 @dataclass

@@ -15,14 +15,14 @@ from typing import Any
 
 import numpy as np
 
-from analysis import plotkit
-from analysis.deployment import Context, DeploymentAnalysis, LoadAnalysis, ThresholdAdvice
-from analysis.fmt import pct, tokens
-from analysis.predict import relative_gap
-from analysis.pull_recompute import Measured, flow_levels
-from analysis.question import Note, PlotSpec, Question
-from analysis.saving_curve import Shape
-from analysis.stats import Status
+from analysis.kit import plotkit
+from analysis.kit.fmt import pct, tokens
+from analysis.method.deployment import Context, DeploymentAnalysis, LoadAnalysis, ThresholdAdvice
+from analysis.method.predict import relative_gap
+from analysis.method.pull_recompute import Measured, flow_levels
+from analysis.method.saving_curve import Shape
+from analysis.method.stats import Status
+from analysis.questions.question import Note, PlotSpec, Question
 
 CELLS_SHOWN = 6  # per-length savings on the console line (all in the report)
 
@@ -200,7 +200,7 @@ def answer(ctx: Context) -> list[Any]:
 
 
 def _working_set(kind: str) -> str:
-    """'8 conv' of a kind that names its conversation count (analysis.load.shape_kinds), ''."""
+    """'8 conv' of a kind that names its conversation count (analysis.load.runs.shape_kinds), ''."""
     found = re.search(r"(\d+) conv", kind)
     return f"{found.group(1)} conv" if found else ""
 

@@ -27,12 +27,12 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from analysis import paired_cells as pc
-from analysis.deployment import Context
-from analysis.fmt import LATER
-from analysis.load import deployment_label
-from analysis.question import Question
-from analysis.stats import Verdict
+from analysis.kit.fmt import LATER
+from analysis.load.runs import deployment_label
+from analysis.method import paired_cells as pc
+from analysis.method.deployment import Context
+from analysis.method.stats import Verdict
+from analysis.questions.question import Question
 
 LOST = "recompute_expired"
 

@@ -6,10 +6,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from analysis.deployment import Context
-from analysis.fmt import shorten, tokens
-from analysis.load import RunData, deployment_label
-from analysis.question import Question
+from analysis.kit.fmt import shorten, tokens
+from analysis.load.runs import RunData, deployment_label
+from analysis.method.deployment import Context
+from analysis.questions.question import Question
 
 FLAG_LINES = 10  # flagged Points listed in the answer; the rest are counted
 

@@ -22,14 +22,14 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from analysis import plotkit
-from analysis.deployment import Context
-from analysis.fmt import LATER, tokens
-from analysis.load import RunData, deployment_label
-from analysis.pairs import PAIR_KEY
-from analysis.pull_recompute import level, paired_difference
-from analysis.question import PlotSpec, Question
-from analysis.stats import Verdict
+from analysis.kit import plotkit
+from analysis.kit.fmt import LATER, tokens
+from analysis.load.runs import RunData, deployment_label
+from analysis.method.deployment import Context
+from analysis.method.pairs import PAIR_KEY
+from analysis.method.pull_recompute import level, paired_difference
+from analysis.method.stats import Verdict
+from analysis.questions.question import PlotSpec, Question
 
 BASELINES = ("agg", "recompute")
 DIVERGED = "recompute_diverged"  # the router's route when the prompt left D's tokens

@@ -14,13 +14,13 @@ from typing import Any
 
 import numpy as np
 
-from analysis import plotkit
-from analysis.compare import families, unmatched
-from analysis.deployment import Context
-from analysis.fmt import LATER, tokens
-from analysis.load import deployment_label
-from analysis.question import Note, PlotSpec, Question
+from analysis.kit import plotkit
+from analysis.kit.fmt import LATER, tokens
+from analysis.load.runs import deployment_label
+from analysis.method.compare import families, unmatched
+from analysis.method.deployment import Context
 from analysis.questions.across import Member, members
+from analysis.questions.question import Note, PlotSpec, Question
 
 PLACEMENT_ORDER = ("same_node", "cross_node")
 PLACEMENT_AXES = ("topology.placement", "transport")

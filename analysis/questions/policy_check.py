@@ -31,12 +31,12 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from analysis import plotkit
-from analysis.deployment import Context
-from analysis.fmt import LATER
-from analysis.load import deployment_label
-from analysis.question import PlotSpec, Question
-from analysis.stats import t_crit
+from analysis.kit import plotkit
+from analysis.kit.fmt import LATER
+from analysis.load.runs import deployment_label
+from analysis.method.deployment import Context
+from analysis.method.stats import t_crit
+from analysis.questions.question import PlotSpec, Question
 
 POLICY = "policy"
 STATIC = ("recompute", "pull", "static_light", "static_heavy")

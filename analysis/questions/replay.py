@@ -21,11 +21,11 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from analysis import plotkit
-from analysis.deployment import Context
-from analysis.load import deployment_label
-from analysis.question import PlotSpec, Question
+from analysis.kit import plotkit
+from analysis.load.runs import deployment_label
+from analysis.method.deployment import Context
 from analysis.questions.policy_check import Estimate, cells_of, run_slo
+from analysis.questions.question import PlotSpec, Question
 
 TRACE = "trace"
 

@@ -26,15 +26,15 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from analysis import plotkit
-from analysis.compare import families, pulled_share, unmatched
-from analysis.deployment import Context
-from analysis.fmt import LATER, tokens
-from analysis.load import deployment_label
-from analysis.pairs import PAIR_KEY
-from analysis.pull_recompute import level, paired_difference
-from analysis.question import Note, PlotSpec, Question
-from analysis.stats import LEVEL, Verdict
+from analysis.kit import plotkit
+from analysis.kit.fmt import LATER, tokens
+from analysis.load.runs import deployment_label
+from analysis.method.compare import families, pulled_share, unmatched
+from analysis.method.deployment import Context
+from analysis.method.pairs import PAIR_KEY
+from analysis.method.pull_recompute import level, paired_difference
+from analysis.method.stats import LEVEL, Verdict
+from analysis.questions.question import Note, PlotSpec, Question
 
 THRESHOLD_FLOWS = ("pull", "decode_first")
 THRESHOLD_AXES = ("kv_recompute_threshold",)

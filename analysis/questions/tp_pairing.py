@@ -12,15 +12,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from analysis import plotkit
-from analysis.compare import families
-from analysis.deployment import Context
-from analysis.fmt import LATER, tokens
-from analysis.load import deployment_label
-from analysis.pull_recompute import flow_levels
-from analysis.question import PlotSpec, Question
+from analysis.kit import plotkit
+from analysis.kit.fmt import LATER, tokens
+from analysis.load.runs import deployment_label
+from analysis.method.compare import families
+from analysis.method.deployment import Context
+from analysis.method.pull_recompute import flow_levels
+from analysis.method.saving_curve import Shape
 from analysis.questions.across import Member, members
-from analysis.saving_curve import Shape
+from analysis.questions.question import PlotSpec, Question
 
 TP_AXES = ("topology.name", "topology.prefill.tp", "topology.decode.tp")
 

@@ -13,11 +13,11 @@ from typing import Any
 
 import numpy as np
 
-from analysis import plotkit
-from analysis.deployment import Context, DeploymentAnalysis
-from analysis.fits import MIN_TRANSFER_SIZES
-from analysis.question import PlotSpec, Question
-from analysis.samples import NO_TRANSFER_SAMPLES
+from analysis.kit import plotkit
+from analysis.method.deployment import Context, DeploymentAnalysis
+from analysis.method.fits import MIN_TRANSFER_SIZES
+from analysis.method.samples import NO_TRANSFER_SAMPLES
+from analysis.questions.question import PlotSpec, Question
 
 
 def _ci(bounds: tuple[float, float], scale: float, fmt: str) -> str:

@@ -15,10 +15,10 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from analysis import plotkit
-from analysis.deployment import Context
-from analysis.load import SPLIT_PARTS, deployment_label
-from analysis.question import PlotSpec, Question
+from analysis.kit import plotkit
+from analysis.load.runs import SPLIT_PARTS, deployment_label
+from analysis.method.deployment import Context
+from analysis.questions.question import PlotSpec, Question
 
 PARTS = [p for p in SPLIT_PARTS if p != "residual_ms"]
 NAMES = {

@@ -14,10 +14,12 @@ from enum import Enum
 from pathlib import Path
 
 from jobs.entry.deployment import DeploymentJob
+from pdbench.config.problems import ConfigError
 from pdbench.config.schema import ExecutorKind, RunConfig, WorkloadKind
 from pdbench.driver.progress import JobOutcome
 from pdbench.driver.report_table import print_run_table
 from pdbench.driver.run_dir import RunDir
+from pdbench.driver.slurm_partitions import partition_problem
 from pdbench.driver.submit import Submitted, check_slurm_reachable, follow, submit
 from pdbench.driver.tiny_model import model_path_for
 from pdbench.plan.attempt import attempt_line, job_points
@@ -67,6 +69,9 @@ def launch(
     (``follow_jobs=False``: a sweep; ``launch.detach=true``), follow its jobs to the end.
     ``also``: the sweep's other compositions measured on this launch's servers (the run
     dir's manifest keeps their configs)."""
+    partition = partition_problem(cfg)  # SLURM asked, before anything is written
+    if partition is not None:
+        raise ConfigError([partition])
     plan = plan if plan is not None else make_plan(cfg)
     run_dir = RunDir.open(cfg, plan, origin, claim=not cfg.launch.dry_run, also=also or [])
     model_path = model_path_for(cfg, create=not cfg.launch.dry_run)

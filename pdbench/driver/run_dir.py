@@ -19,6 +19,7 @@ from pdbench.config.schema import OnFailure, RunConfig
 from pdbench.driver import provenance
 from pdbench.driver.leftovers import run_processes
 from pdbench.driver.progress import JobOutcome
+from pdbench.driver.slurm_state import LIVE_STATES, slurm_state
 from pdbench.plan.deployments import Deployment, Plan
 from pdbench.results.jsonable import to_jsonable
 from pdbench.results.manifest import LaunchOrigin, mixed_launch_problem, with_launch
@@ -130,6 +131,31 @@ def check_no_leftovers(store: RunStore) -> None:
         )
 
 
+def check_no_live_jobs(store: RunStore, manifest: dict[str, Any]) -> None:
+    """Refuse (``ConfigError``) a launch into a dir whose SLURM jobs still run (a detached
+    launch's, or one whose driver was lost): they measure its Points and hold its ports."""
+    live = []
+    for job in manifest.get("jobs") or []:
+        job_id = str(job.get("job_id", ""))
+        if job.get("executor") != "slurm" or not job_id.isdigit():
+            continue
+        state = slurm_state(job_id)
+        if state in LIVE_STATES:
+            live.append(f"job {job_id} ({job.get('deployment_id', '?')}) is {state}")
+    if live:
+        raise ConfigError(
+            [
+                ConfigProblem(
+                    "dir",
+                    str(store.root),
+                    f"has SLURM jobs of an earlier launch still alive: {'; '.join(live)}",
+                    f"follow them (python -m pdbench status dir={store.root}) or scancel them, "
+                    "then launch again",
+                )
+            ]
+        )
+
+
 def write_manifest(
     configs: list[dict[str, Any]],
     plan: Plan,
@@ -236,6 +262,7 @@ class RunDir:
             check_environment(cfg)  # the nodes run this driver's interpreter and vLLM
             claim_dir(store)
             check_no_leftovers(store)
+            check_no_live_jobs(store, manifest)
         return cls(cfg, config, plan, store, point_states(plan, store), others)
 
     @property

@@ -5,39 +5,16 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
-import subprocess
 from pathlib import Path
 
 from pdbench.driver.leftovers import run_processes, stop_processes
 from pdbench.driver.serve import serving_lines
+from pdbench.driver.slurm_state import slurm_state
 from pdbench.results.manifest import history_lines
 from pdbench.results.store import CorruptRecord, RunStore
 from records.point import PointStatus
 
 POINT_STATES = ("ok", "failed", "corrupt", "pending")
-
-
-def slurm_state(job_id: str) -> str:
-    """A job's state from squeue, then scontrol (no accounting needed); '' when unknown."""
-    if not shutil.which("squeue"):
-        return ""
-    for cmd in (
-        ["squeue", "-h", "-j", job_id, "-o", "%T"],
-        ["scontrol", "show", "job", job_id, "-o"],
-    ):
-        try:
-            out = subprocess.run(cmd, capture_output=True, text=True, timeout=10).stdout.strip()
-        except (OSError, subprocess.SubprocessError):
-            continue
-        if not out:
-            continue
-        if cmd[0] == "squeue":
-            return out.splitlines()[0]
-        for field in out.split():
-            if field.startswith("JobState="):
-                return field.split("=", 1)[1]
-    return ""
 
 
 def local_state(job_id: str) -> str:

@@ -1,6 +1,6 @@
 """``policy.json``: the analysed pull-or-recompute answer, typed, for whoever applies it.
 
-``python -m analysis`` writes it (``analysis/policy.py`` builds it from a run's records);
+``python -m analysis`` writes it (``analysis/output/policy.py`` builds it from a run's records);
 the router's ``flow=policy`` (``jobs.serving.router``), the validation of a launch
 (``pdbench.validate``) and ``python -m analysis.whatif`` read it back into these types.
 Every time is in ms, every length in tokens, every interval a 95% one as
@@ -21,7 +21,7 @@ Fields (``SCHEMA_VERSION`` 1)::
       topology_source     "nodes" or "placement": where topology_class came from
       block_size          KV block size; thresholds are rounded up to it
       pull_cost           what a pull costs P beyond a recompute, from P's TTFT split over
-                          every load (analysis/spent_cost.py): t0_ms (fixed part),
+                          every load (analysis/method/spent_cost.py): t0_ms (fixed part),
                           beta_ms_per_token (per history token pulled)
       recompute_rate[]    per measured concurrency: tokens_per_s (R_eff: history tokens
                           P recomputes per second at that load, its queue included, taken
@@ -33,7 +33,7 @@ Fields (``SCHEMA_VERSION`` 1)::
         min_concurrency, max_concurrency   the band it stands for: from this level up to
                           the next measured one (exclusive); max null: no upper bound
         kv_recompute_threshold   vLLM's setting for the band: the measured crossover
-                          rounded up to block_size (analysis/deployment.py advise_threshold);
+                          rounded up to block_size (analysis/method/deployment.py advise_threshold);
                           null: do not pull (recompute faster) or not determined (status)
         threshold_interval       its 95% interval, rounded the same way
         crossover         the measured crossover, tokens, with its 95% interval

@@ -7,6 +7,7 @@ not up before. Waits are bounded polls; nothing asserts on wall-clock durations.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import socket
@@ -208,3 +209,48 @@ def test_start_after_daemons_died_mid_job_leaves_idle_nodes(
 
 def _ps() -> str:
     return subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
+
+
+@pytest.mark.e2e
+@pytest.mark.slurm
+def test_a_partition_slurm_does_not_have_is_refused_by_check_and_launch(
+    local_slurm: str, tmp_path: Path
+) -> None:
+    from tests.e2e.conftest import run_pdbench
+
+    args = ["+experiment=smoke", "cluster=slurm", "cluster.partition=nope", f"dir={tmp_path}/r"]
+    for command in (["check", *args], args):
+        out = run_pdbench(command, timeout_s=120)
+        assert out.returncode == 2, out.stdout + out.stderr
+        assert "cluster.partition=nope: is not a partition of this SLURM cluster (sinfo lists " in (
+            out.stderr
+        )
+        assert "Traceback" not in out.stderr
+    assert not (tmp_path / "r").exists()  # refused before anything was written
+
+
+@pytest.mark.e2e
+@pytest.mark.slurm
+def test_a_relaunch_into_a_dir_whose_detached_job_still_runs_is_refused(
+    local_slurm: str, tmp_path: Path
+) -> None:
+    from tests.e2e.conftest import NO_PREFLIGHT, run_pdbench
+
+    run = tmp_path / "r"
+    ports = [  # its own: the servers start on the local cluster while other tests run
+        "server.base_port=18100",
+        "server.side_channel_base_port=18600",
+        "server.router_port=18000",
+        "server.vllm_base_port=29000",
+    ]
+    args = ["+experiment=smoke", "cluster=slurm", NO_PREFLIGHT, f"dir={run}", *ports]
+    first = run_pdbench([*args, "launch.detach=true"], timeout_s=300)
+    assert first.returncode == 0, first.stdout + first.stderr
+    job_ids = [str(j["job_id"]) for j in json.loads((run / "manifest.json").read_text())["jobs"]]
+    try:
+        again = run_pdbench(args, timeout_s=300)
+        assert again.returncode == 2, again.stdout + again.stderr
+        assert "has SLURM jobs of an earlier launch still alive: job " in again.stderr
+        assert "Traceback" not in again.stderr
+    finally:
+        subprocess.run(["scancel", *job_ids], check=False)

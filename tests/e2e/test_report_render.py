@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from analysis.synthetic import SyntheticDeployment, write_synthetic_run
+from testbed.synthetic import SyntheticDeployment, write_synthetic_run
 
 pytestmark = pytest.mark.e2e
 

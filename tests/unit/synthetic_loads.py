@@ -1,6 +1,6 @@
 """A synthetic deployment measured at several loads (concurrencies), for unit tests.
 
-Each load is ``analysis.synthetic``'s run of one ``SyntheticDeployment`` whose costs are
+Each load is ``testbed.synthetic``'s run of one ``SyntheticDeployment`` whose costs are
 those at that load (P recomputes slower under load); its Points carry the load's
 concurrency in their workload and in their id, as a swept ``workload.concurrency`` does.
 """
@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from analysis.load import RunData, records_to_run_data
-from analysis.synthetic import Noise, SyntheticDeployment, synthetic_records
+from analysis.load.runs import RunData, records_to_run_data
+from testbed.synthetic import Noise, SyntheticDeployment, synthetic_records
 
 
 def at_load(dep: SyntheticDeployment, slowdown: float) -> SyntheticDeployment:

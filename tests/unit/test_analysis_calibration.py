@@ -9,7 +9,7 @@ Points 1.3x slower) in the runner's randomized blocks; the breaks on its body wi
 stalls (a stalled repetition widens its own interval: with stalls the t interval
 over-covers at 50%, 54.7% on these seeds, and a 50% check loses the power to see a standard
 error 13-18% too small). The check
-(``analysis.calibration``): coverage at 50% and 95% of the cells at every length and of the
+(``testbed.calibration``): coverage at 50% and 95% of the cells at every length and of the
 band at both ends and at the true crossover, each within 3 binomial sigmas of nominal (the
 sigma counting every interval checked), the crossover's coverage, and the method's own
 power as a floor. ``RUNS`` seeds here; ``python -m benchmarks.calibration --runs 400`` runs
@@ -22,14 +22,14 @@ import contextlib
 
 import pytest
 
-from analysis.calibration import calibration, failed
-from analysis.report import STATISTICS
-from analysis.stats import CALIBRATION_RUNS as RUNS
-from analysis.stats import LEVEL
-from analysis.stats import rate_tolerance as tol
-from analysis.synthetic import Noise, SyntheticDeployment, synthetic_records
+from analysis.method.stats import CALIBRATION_RUNS as RUNS
+from analysis.method.stats import LEVEL
+from analysis.method.stats import rate_tolerance as tol
+from analysis.output.report import STATISTICS
 from benchmarks.calibration import BREAKS, CROSSING, NOISES, checked, estimates, generate
 from benchmarks.control_rates import SHAPES, RunShape, run_controls
+from testbed.calibration import calibration, failed
+from testbed.synthetic import Noise, SyntheticDeployment, synthetic_records
 
 pytestmark = pytest.mark.unit
 
@@ -142,10 +142,10 @@ def test_a_flow_bias_marks_the_run_invalid():
 
 def test_the_run_s_controls_share_its_5_percent(tmp_path):
     """Three deployments: each control is judged as one of three (2 bands x 3 = 6 tests)."""
-    from analysis.deployment import Context
-    from analysis.load import load_runs
+    from analysis.load.runs import load_runs
+    from analysis.method.deployment import Context
     from analysis.questions import control as control_question
-    from analysis.synthetic import write_synthetic_run
+    from testbed.synthetic import write_synthetic_run
 
     root = write_synthetic_run(
         tmp_path / "run",
@@ -172,8 +172,8 @@ def vs_best_coverage(runs: int, each_at_95: bool) -> float:
     intervals that hold the truth, 0."""
     from unittest import mock
 
-    from analysis.deployment import Context
-    from analysis.load import records_to_run_data
+    from analysis.load.runs import records_to_run_data
+    from analysis.method.deployment import Context
     from analysis.questions import threshold
 
     deps = [SyntheticDeployment(threshold=t) for t in (0, 16, 32, 48, 64, 80)]

@@ -8,18 +8,18 @@ from dataclasses import asdict
 import numpy as np
 import pytest
 
-from analysis.deployment import Context, advise_threshold
-from analysis.load import load_runs, trace_row
-from analysis.model_cost import known_shapes
-from analysis.predict import predicted_crossover, transfer_bytes_per_token
-from analysis.pull_recompute import Measured
+from analysis.load.runs import load_runs, trace_row
+from analysis.method.deployment import Context, advise_threshold
+from analysis.method.model_cost import known_shapes
+from analysis.method.predict import predicted_crossover, transfer_bytes_per_token
+from analysis.method.pull_recompute import Measured
+from analysis.method.saving_curve import Crossover, Shape
+from analysis.method.stats import Status
 from analysis.questions.crossover import CrossoverAnswer
-from analysis.saving_curve import Crossover, Shape
-from analysis.stats import Status
-from analysis.synthetic import SyntheticDeployment, write_synthetic_run
 from records import read
 from records.read import RecordError, SchemaVersionError
 from records.trace import TransferTraceRecord
+from testbed.synthetic import SyntheticDeployment, write_synthetic_run
 
 pytestmark = pytest.mark.unit
 
@@ -173,8 +173,8 @@ def test_a_trace_line_is_read_back_as_its_writer_wrote_it_and_nothing_else():
 def test_a_cell_that_disagrees_with_the_pooled_crossover_is_named():
     """The curve pools every length: a length inside the crossover's interval whose own cell
     says recompute is clearly faster is said, with that cell's interval."""
-    from analysis.pull_recompute import Cell
-    from analysis.stats import Verdict
+    from analysis.method.pull_recompute import Cell
+    from analysis.method.stats import Verdict
 
     def cell(x: float, est: float, low: float, high: float) -> Cell:
         status = Status.DECIDED if low > 0 or high < 0 else Status.INCONCLUSIVE

@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from analysis.fits import fit_recompute, fit_transfer, nnls, quality
+from analysis.method.fits import fit_recompute, fit_transfer, nnls, quality
 
 pytestmark = pytest.mark.unit
 
@@ -85,7 +85,7 @@ def test_a_transfer_fit_without_a_time_per_byte_says_the_bandwidth_is_not_resolv
     (alpha, and the bandwidth's lower bound at 95%)."""
     from types import SimpleNamespace
 
-    from analysis.fits import FitQuality, TransferFit
+    from analysis.method.fits import FitQuality, TransferFit
     from analysis.questions.transfer import TransferAnswer
 
     quality = FitQuality(n=279, r2=0.0, rmse=1e-4, max_abs_residual=3e-4)

@@ -6,14 +6,14 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from analysis.deployment import Context
-from analysis.load import records_to_run_data
-from analysis.pairs import paired, request_frame
-from analysis.question import Note
+from analysis.load.runs import records_to_run_data
+from analysis.method.deployment import Context
+from analysis.method.pairs import paired, request_frame
+from analysis.method.saving_curve import GRID, Shape, band_grid
+from analysis.method.stats import Status
 from analysis.questions import control, crossover
-from analysis.saving_curve import GRID, Shape, band_grid
-from analysis.stats import Status
-from analysis.synthetic import Noise, SyntheticDeployment
+from analysis.questions.question import Note
+from testbed.synthetic import Noise, SyntheticDeployment
 from tests.unit.synthetic_loads import at_load, load_records, load_run
 
 pytestmark = pytest.mark.unit

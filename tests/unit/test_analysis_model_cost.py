@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 
 from analysis import whatif
-from analysis.model_cost import ModelShape, known_shapes
-from analysis.predict import first_principles_saving, predicted_crossover
-from analysis.saving_curve import Shape
+from analysis.method.model_cost import ModelShape, known_shapes
+from analysis.method.predict import first_principles_saving, predicted_crossover
+from analysis.method.saving_curve import Shape
 
 pytestmark = pytest.mark.unit
 

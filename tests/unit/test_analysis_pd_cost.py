@@ -6,10 +6,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from analysis.deployment import Context
-from analysis.load import records_to_run_data
+from analysis.load.runs import records_to_run_data
+from analysis.method.deployment import Context
 from analysis.questions import decode_cost, eviction
-from analysis.synthetic import REQUEST_FIELDS
+from testbed.synthetic import REQUEST_FIELDS
 
 pytestmark = pytest.mark.unit
 

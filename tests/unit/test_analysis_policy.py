@@ -8,11 +8,12 @@ import math
 
 import pytest
 
-from analysis import policy, whatif
-from analysis.deployment import Context
+from analysis import whatif
+from analysis.method.deployment import Context
+from analysis.output import policy
+from analysis.output.wandb_report import summary_metrics
 from analysis.pipeline import run_analysis
-from analysis.synthetic import Synthetic, SyntheticDeployment, write_records
-from analysis.wandb_report import summary_metrics
+from testbed.synthetic import Synthetic, SyntheticDeployment, write_records
 from tests.unit.synthetic_loads import at_load, load_records, load_run
 
 pytestmark = pytest.mark.unit

@@ -7,7 +7,7 @@ from types import SimpleNamespace
 import pytest
 
 from analysis.questions.crossover import design_measures_no_crossover
-from analysis.registry import QUESTIONS, ordered, preset_questions
+from analysis.questions.registry import QUESTIONS, ordered, preset_questions
 
 pytestmark = pytest.mark.unit
 

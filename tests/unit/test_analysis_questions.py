@@ -12,15 +12,15 @@ from pathlib import Path
 
 import pytest
 
-from analysis.answer import answer_lines
-from analysis.deployment import Context
-from analysis.fmt import shorten
-from analysis.load import load_runs, records_to_run_data
+from analysis.kit.fmt import shorten
+from analysis.load.runs import load_runs, records_to_run_data
+from analysis.method.deployment import Context
+from analysis.method.pull_recompute import flow_levels, level
+from analysis.output.answer import answer_lines
 from analysis.pipeline import run_analysis
-from analysis.pull_recompute import flow_levels, level
 from analysis.questions.flows import parse_paths
-from analysis.registry import answer_all, by_name
-from analysis.synthetic import (
+from analysis.questions.registry import answer_all, by_name
+from testbed.synthetic import (
     Noise,
     SyntheticDeployment,
     synthetic_records,

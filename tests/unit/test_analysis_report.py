@@ -12,9 +12,9 @@ import pytest
 
 from analysis.__main__ import CORRUPT, main
 from analysis.pipeline import run_analysis
-from analysis.synthetic import SyntheticDeployment, write_synthetic_run
 from pdbench.results.store import RunStore
 from records.point import PointResult
+from testbed.synthetic import SyntheticDeployment, write_synthetic_run
 
 pytestmark = pytest.mark.unit
 
@@ -267,9 +267,9 @@ def test_the_shared_plot_helpers():
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from analysis import plotkit
-    from analysis.saving_curve import Crossover, Shape
-    from analysis.stats import Status
+    from analysis.kit import plotkit
+    from analysis.method.saving_curve import Crossover, Shape
+    from analysis.method.stats import Status
 
     fig, (ax, bx) = plt.subplots(1, 2)
     open_low = Crossover(Shape.CROSSING, Status.INCONCLUSIVE, 1001.0, None, 1100.0, 100, 4000)
@@ -314,3 +314,20 @@ def test_out_among_the_records_is_refused_and_a_run_given_twice_is_read_once(tmp
     captured = capsys.readouterr()
     assert captured.out.splitlines()[0] == once  # the same Points, counted once
     assert "note: given more than once, read once:" in captured.err
+
+
+def test_online_w_and_b_without_a_key_is_refused_before_the_analysis(tmp_path):
+    from analysis.output.wandb_report import wandb_key_problem
+
+    home = tmp_path / "home"
+    home.mkdir()
+    assert wandb_key_problem("offline", {}, home) == ""
+    assert wandb_key_problem("online", {"WANDB_API_KEY": "k"}, home) == ""
+    line = wandb_key_problem("online", {}, home)
+    assert line.startswith("--wandb-mode online: no W&B key for api.wandb.ai")
+    assert "Fix: export WANDB_API_KEY=" in line
+    (home / ".netrc").write_text("machine api.wandb.ai\n  login user\n  password k\n")
+    (home / ".netrc").chmod(0o600)
+    assert wandb_key_problem("online", {}, home) == ""
+    site = {"WANDB_BASE_URL": "https://wandb.example.org"}
+    assert "no W&B key for wandb.example.org" in wandb_key_problem("online", site, home)

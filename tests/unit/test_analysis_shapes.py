@@ -11,12 +11,12 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from analysis.deployment import advise_threshold
+from analysis.method.deployment import advise_threshold
+from analysis.method.pull_recompute import Measured
+from analysis.method.saving_curve import EQUIVALENCE_SHARE, Shape, crossover, fit_curve
+from analysis.method.stats import Status
 from analysis.pipeline import run_analysis
-from analysis.pull_recompute import Measured
-from analysis.saving_curve import EQUIVALENCE_SHARE, Shape, crossover, fit_curve
-from analysis.stats import Status
-from analysis.synthetic import Noise, SyntheticDeployment, synthetic_records, write_records
+from testbed.synthetic import Noise, SyntheticDeployment, synthetic_records, write_records
 
 pytestmark = pytest.mark.unit
 

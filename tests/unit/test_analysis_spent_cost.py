@@ -8,12 +8,12 @@ import math
 import numpy as np
 import pytest
 
-from analysis.deployment import Context
+from analysis.method.deployment import Context
+from analysis.method.saving_curve import Crossover, Shape
+from analysis.method.spent_cost import Interval, SpentCosts, check, fit_spent, root, spent_frame
+from analysis.method.stats import Status
 from analysis.questions import crossover
-from analysis.saving_curve import Crossover, Shape
-from analysis.spent_cost import Interval, SpentCosts, check, fit_spent, root, spent_frame
-from analysis.stats import Status
-from analysis.synthetic import SyntheticDeployment
+from testbed.synthetic import SyntheticDeployment
 from tests.unit.synthetic_loads import at_load, load_run
 
 pytestmark = pytest.mark.unit

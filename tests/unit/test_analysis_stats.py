@@ -8,8 +8,8 @@ import math
 import numpy as np
 import pytest
 
-from analysis.saving_curve import Shape, crossover, fit_curve
-from analysis.stats import (
+from analysis.method.saving_curve import Shape, crossover, fit_curve
+from analysis.method.stats import (
     Status,
     bootstrap_interval,
     linear_interval,
@@ -198,7 +198,7 @@ def test_one_repetition_gives_no_interval_and_one_length_no_curve():
 def test_a_bounded_quantity_keeps_its_interval_inside_its_range():
     """A share of D's KV near 100% over three repetitions: the t interval crosses 100%;
     ``within`` clips the bounds, not the estimate, and a decision stays what it was."""
-    from analysis.stats import mean_verdict
+    from analysis.method.stats import mean_verdict
 
     share = mean_verdict(np.array([99.0, 60.0, 98.0]), unit="%")
     assert share.high > 100.0

@@ -128,6 +128,10 @@ def test_check_validates_and_exits_0():
     out = pdbench("check", "+experiment=smoke")
     assert out.returncode == 0, out.stderr
     assert out.stdout.startswith("ok: smoke (run) composes and validates")
+    shown = pdbench("check", "--cfg", "job", "+experiment=smoke", "workload.concurrency=2")
+    assert shown.returncode == 0, shown.stderr
+    assert shown.stdout.startswith("ok: smoke (run) composes and validates")
+    assert "concurrency:\n  - 2\n" in shown.stdout  # --cfg kept: the config, as Hydra prints it
 
 
 def test_a_dry_run_sweep_leaves_nothing_behind(tmp_path):

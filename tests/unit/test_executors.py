@@ -313,3 +313,10 @@ def test_a_searching_job_may_need_a_requeue_per_point_of_its_search() -> None:
     smoke = make_plan(compose_job(["+experiment=smoke"]))
     dep = smoke.deployments[0].deployment_id
     assert job_points(smoke, dep) == len(smoke.points[dep])
+
+
+def test_sinfo_partitions_and_the_default_are_read():
+    from pdbench.driver.slurm_partitions import partitions
+
+    assert partitions("pdbench*\ngpu\ngpu\ndebug\n") == (["pdbench", "gpu", "debug"], "pdbench")
+    assert partitions("") == ([], "")

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from analysis.load import deployment_label, load_runs
+from analysis.load.runs import deployment_label, load_runs
 from pdbench.config.schema import Arrival, Flow, OnFailure, RunConfig
 from pdbench.driver.run_dir import pending_deployments
 from pdbench.plan.deployments import Plan, make_plan

@@ -29,7 +29,7 @@ import pytest
 pytestmark = pytest.mark.unit
 
 REPO = Path(__file__).resolve().parents[2]
-PACKAGES = ("pdbench", "jobs", "connector", "analysis", "records")
+PACKAGES = ("pdbench", "jobs", "connector", "analysis", "records", "testbed")
 
 # The vLLM plugin side of connector/ (loaded by vLLM inside the servers) and the transfer
 # bench side (run by jobs/entry/transfer_bench.py) share only these leaf modules.
@@ -377,30 +377,36 @@ def test_the_contract_fails_on_a_node_runtime_import_in_the_driver_and_an_unplac
     assert "jobs.helper" in out.stdout  # exhaustive: every module of jobs/ in a layer
 
 
-def test_the_pure_core_is_ordered_a_back_edge_fails(tree_copy):
-    # validate -> spec -> plan -> results -> traffic -> config: results may not import plan
-    planted = tree_copy / "pdbench" / "results" / "jsonable.py"
+def lint_with(tree: Path, module: str, imported: str) -> subprocess.CompletedProcess:
+    """The contracts' verdict on ``tree`` with ``import imported`` planted in ``module``
+    (a path under the tree), the module restored after."""
+    planted = tree / module
     original = planted.read_text()
-    planted.write_text(original + "\nimport pdbench.plan.points  # planted\n")
+    planted.write_text(original + f"\nimport {imported}  # planted\n")
     try:
-        out = lint_imports(tree_copy)
+        return lint_imports(tree)
     finally:
         planted.write_text(original)
-    assert out.returncode != 0
-    assert "pdbench.results.jsonable -> pdbench.plan.points" in out.stdout
 
 
-def test_the_connector_split_holds_a_plugin_to_bench_import_fails(tree_copy):
-    planted = tree_copy / "connector" / "plugin" / "tracing.py"
-    original = planted.read_text()
-    planted.write_text(original + "\nimport connector.bench.kv_buffer  # planted\n")
-    try:
-        out = lint_imports(tree_copy)
-    finally:
-        planted.write_text(original)
+@pytest.mark.parametrize(
+    ("module", "imported", "contract"),
+    [
+        # validate -> spec -> plan -> results -> traffic -> config: results may not import plan
+        ("pdbench/results/jsonable.py", "pdbench.plan.points", "layers: CLI -> driver"),
+        (
+            "connector/plugin/tracing.py",
+            "connector.bench.kv_buffer",
+            "connector: the vLLM plugin and the transfer bench apart",
+        ),
+    ],
+)
+def test_a_planted_back_edge_breaks_its_contract(tree_copy, module, imported, contract):
+    out = lint_with(tree_copy, module, imported)
     assert out.returncode != 0
-    assert "connector: the vLLM plugin and the transfer bench apart" in out.stdout
-    assert "connector.plugin.tracing -> connector.bench.kv_buffer" in out.stdout
+    assert contract in out.stdout
+    source = module.removesuffix(".py").replace("/", ".")
+    assert f"{source} -> {imported}" in out.stdout
 
 
 def loaded_by(statement: str, package: str = "jobs") -> list[str]:
@@ -427,3 +433,13 @@ def test_the_cli_loads_neither_the_vllm_plugin_nor_the_bench_runtime():
     assert "connector.layout" in loaded  # the leaves it does use
     assert [m for m in loaded if m.startswith(("connector.plugin", "connector.bench."))] == []
     assert "connector.bench" not in loaded
+
+
+def test_benchmarks_import_neither_the_tests_nor_a_mock():
+    found = []
+    for path in sorted((REPO / "benchmarks").glob("*.py")):
+        for number, line in enumerate(path.read_text().splitlines(), 1):
+            words = line.strip()
+            if words.startswith(("from tests", "import tests")) or "unittest" in words:
+                found.append(f"{path.name}:{number}: {words}")
+    assert found == [], "benchmarks share code through testbed/, not tests/ or mocks"

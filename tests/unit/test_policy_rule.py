@@ -148,8 +148,8 @@ def test_an_entry_with_no_rule_says_why():
 def test_the_rule_on_an_analysed_run_switches_where_the_analysis_predicted(tmp_path):
     """policy.json written by the analysis of a synthetic run at three loads: at each measured
     load the router's rule starts pulling at the crossover P's spent costs predicted."""
-    from analysis import policy as analysis_policy
-    from analysis.deployment import Context
+    from analysis.method.deployment import Context
+    from analysis.output import policy as analysis_policy
     from tests.unit.synthetic_loads import at_load, load_run
     from tests.unit.test_analysis_policy import DEP, LENGTHS
 

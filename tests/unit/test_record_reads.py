@@ -45,14 +45,14 @@ MANIFEST = "the run dir's manifest (not typed yet: issue 39's next step)"
 HTTP = "an HTTP body of the OpenAI API or the router's own endpoints, not a record"
 # file -> {word: why it is no record read}
 NOT_RECORDS: dict[str, dict[str, str]] = {
-    "analysis/load.py": {"model": "the model section the model shape is read from (next)"},
-    "analysis/model_cost.py": {
+    "analysis/load/runs.py": {"model": "the model section the model shape is read from (next)"},
+    "analysis/method/model_cost.py": {
         w: "the model shape's reader (a model section; typed in the next step)"
         for w in ("name", "head_dim", "dtype")
     },
     "analysis/questions/replay.py": {"path": MANIFEST},
-    "analysis/registry.py": {w: MANIFEST for w in ("name", "workload", "kind")},
-    "analysis/report.py": {w: MANIFEST for w in ("job_id", "name")},
+    "analysis/questions/registry.py": {w: MANIFEST for w in ("name", "workload", "kind")},
+    "analysis/output/tables.py": {w: MANIFEST for w in ("job_id", "name")},
     "analysis/whatif.py": {w: "the --what-if arguments" for w in ("model", "deployment")},
     "pdbench/driver/serve.py": {
         **{w: "serve/<deployment>.json, the serve record" for w in ("started_at", "deployment")},
@@ -60,6 +60,7 @@ NOT_RECORDS: dict[str, dict[str, str]] = {
         "flow": HTTP,
     },
     "pdbench/driver/status.py": {w: MANIFEST for w in ("job_id", "name", "deployment_id")},
+    "pdbench/driver/run_dir.py": {w: MANIFEST for w in ("job_id", "deployment_id")},
     "jobs/measure/ttft_split.py": {
         w: "the connector's timing rows (timing/*.jsonl)" for w in ("request_id", "load_s")
     },

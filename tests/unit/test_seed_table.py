@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from analysis.synthetic import write_synthetic_run
 from benchmarks.seed_table import load, markdown, table
+from testbed.synthetic import write_synthetic_run
 
 pytestmark = pytest.mark.unit
 

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from scipy.optimize import nnls as _nnls
 
-from analysis.stats import bootstrap_interval
+from analysis.method.stats import bootstrap_interval
 
 MIN_DF = 2  # a fit with fewer degrees of freedom makes no prediction
 MIN_TRANSFER_SIZES = 3  # distinct transfer sizes the transfer fit needs

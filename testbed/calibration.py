@@ -1,6 +1,6 @@
 """Is an interval method calibrated? Its coverage of a known truth, checked at every length.
 
-A method is run on seeded synthetic runs whose truth is known (``analysis.synthetic``); for
+A method is run on seeded synthetic runs whose truth is known (``testbed.synthetic``); for
 each run it reports, per history length, a cell (the mean paired saving, ``estimate``,
 ``se``, ``df``), the fitted curve's band at both ends of the measured range and at the true
 crossover (where the true saving is 0 whatever the noise), and the crossover's interval.
@@ -34,8 +34,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from analysis import stats
-from analysis.saving_curve import Crossover, SavingCurve
+from analysis.method import stats
+from analysis.method.saving_curve import Crossover, SavingCurve
 
 LEVELS = (0.5, 0.95)
 

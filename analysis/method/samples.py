@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from analysis.fits import MIN_TRANSFER_SIZES
+from analysis.method.fits import MIN_TRANSFER_SIZES
 
 PULL_FLOWS = ("pull", "decode_first")
 

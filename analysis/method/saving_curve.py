@@ -41,7 +41,7 @@ from enum import StrEnum
 
 import numpy as np
 
-from analysis.stats import (
+from analysis.method.stats import (
     MAX_REPETITIONS,
     Status,
     linear_interval,

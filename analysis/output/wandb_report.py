@@ -9,24 +9,26 @@ are imported here, inside the functions.
 
 from __future__ import annotations
 
+import netrc
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlparse
 
 import pandas as pd
 
-from analysis.pipeline import Outputs
-from analysis.report import point_rows
+from analysis.output.outputs import Outputs
 
 
 def tables(out: Outputs) -> dict[str, pd.DataFrame]:
     """The dataframes logged as W&B Tables: every question's tables (``<question>/<table>``,
     each interval in its cells), the Points and the bench (all cells strings)."""
     frames = {
-        f"{a.question.name}/{name}": pd.DataFrame(rows)
-        for a in out.answered
-        for name, rows in a.tables().items()
+        f"{question}/{name}": pd.DataFrame(rows)
+        for question, named in out.tables.questions.items()
+        for name, rows in named.items()
     }
-    frames["points"] = pd.DataFrame(point_rows(out.data))
+    frames["points"] = pd.DataFrame(out.tables.points)
     frames["bench"] = out.data.bench
     return {k: v.astype(str) for k, v in frames.items() if len(v)}
 
@@ -48,6 +50,25 @@ def summary_metrics(out: Outputs) -> dict[str, Any]:
         ]
         metrics[f"recommended_threshold/{key}"] = d["recommended_kv_recompute_threshold"]["value"]
     return {k: v for k, v in metrics.items() if v is not None}
+
+
+def wandb_key_problem(mode: str, environ: Mapping[str, str], home: Path) -> str:
+    """Why an online W&B log would fail for want of a key ("" when one is there, or offline):
+    ``WANDB_API_KEY``, else a ``~/.netrc`` entry for the W&B host (what ``wandb login``
+    writes)."""
+    if mode != "online" or environ.get("WANDB_API_KEY", "").strip():
+        return ""
+    host = urlparse(environ.get("WANDB_BASE_URL", "") or "https://api.wandb.ai").hostname or ""
+    try:
+        if host and netrc.netrc(str(home / ".netrc")).authenticators(host):
+            return ""
+    except (OSError, netrc.NetrcParseError):
+        pass
+    return (
+        f"--wandb-mode online: no W&B key for {host} (WANDB_API_KEY is unset and ~/.netrc has "
+        "none). Fix: export WANDB_API_KEY=... or run wandb login; or --wandb-mode offline, "
+        "then wandb sync <out>/wandb/offline-run-*"
+    )
 
 
 def log_to_wandb(

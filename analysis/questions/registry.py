@@ -3,8 +3,7 @@ and W&B show them (each one module under ``analysis/questions/``)."""
 
 from __future__ import annotations
 
-from analysis.deployment import Context
-from analysis.question import Answered, Question
+from analysis.method.deployment import Context
 from analysis.questions import (
     control,
     crossover,
@@ -20,6 +19,7 @@ from analysis.questions import (
     transfer,
     ttft_split,
 )
+from analysis.questions.question import Answered, Question
 
 QUESTIONS: tuple[Question, ...] = (
     flagged.QUESTION,

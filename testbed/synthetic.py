@@ -3,7 +3,7 @@
 For tests (the calibration test runs hundreds of them in memory) and for trying the
 analysis without a cluster::
 
-    python -m analysis.synthetic results/synthetic-demo && python -m analysis results/synthetic-demo
+    python -m testbed.synthetic results/synthetic-demo && python -m analysis results/synthetic-demo
 
 True TTFTs follow exact cost models:
 
@@ -52,7 +52,7 @@ from typing import Any
 
 import numpy as np
 
-from analysis.model_cost import ModelShape, shape
+from analysis.method.model_cost import ModelShape, shape
 from pdbench.results.store import RunStore, write_json_atomic, write_lines_atomic
 from records.bench import TransferRecord
 from records.point import LatencyStats, PointResult, RequestRecord, Summary, TransferTotals, TurnRow
@@ -643,7 +643,7 @@ def _write_bench(root: Path, dep: SyntheticDeployment) -> None:
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     if len(args) != 1 or args[0].startswith("-"):
-        print("usage: python -m analysis.synthetic OUT_DIR", file=sys.stderr)
+        print("usage: python -m testbed.synthetic OUT_DIR", file=sys.stderr)
         return 2
     common = {"c0_s": 0.005, "c2_s": 3e-8}  # an effect several times the noise
     deps = [

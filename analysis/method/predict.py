@@ -22,9 +22,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from analysis.fits import RecomputeFit, TransferFit
-from analysis.model_cost import ModelShape
-from analysis.saving_curve import Shape
+from analysis.method.fits import RecomputeFit, TransferFit
+from analysis.method.model_cost import ModelShape
+from analysis.method.saving_curve import Shape
 
 MAX_TOKENS = 1 << 20  # the range searched for predicted crossovers
 

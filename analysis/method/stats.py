@@ -48,8 +48,9 @@ With one repetition in a stratum its spread is unknown: no interval ("undetermin
 
 from __future__ import annotations
 
+import contextlib
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from enum import StrEnum
 from statistics import NormalDist
@@ -90,6 +91,11 @@ def t_crit(df: float, level: float = LEVEL) -> float:
 
 def t_crits(df: np.ndarray, level: float = LEVEL) -> np.ndarray:
     """``t_crit`` for an array of dfs (nan where df <= 0 or nan; inf: the normal's)."""
+    return METHOD.t_crits(df, level)
+
+
+def student_t_crits(df: np.ndarray, level: float = LEVEL) -> np.ndarray:
+    """Student's t quantiles (the method's ``t_crits``)."""
     d = np.asarray(df, float)
     ok = d > 0  # nan compares False
     return np.where(ok, _student.ppf(0.5 + level / 2.0, np.where(ok, d, 1.0)), np.nan)
@@ -140,6 +146,11 @@ class Spread:
 
 
 def linear_interval(contrib: np.ndarray, strata: np.ndarray) -> Spread:
+    """The method's spread of sums of per-cluster contributions (``rao_wu_spread``)."""
+    return METHOD.linear_interval(contrib, strata)
+
+
+def rao_wu_spread(contrib: np.ndarray, strata: np.ndarray) -> Spread:
     """Closed-form spread of statistics that are sums of per-cluster contributions.
 
     ``contrib``: (G, K), cluster ``g``'s contribution ``L_g`` to each of ``K`` statistics
@@ -383,3 +394,29 @@ def mean_verdict(values: np.ndarray, unit: str = "ms", requests: int | None = No
         )
     spread = linear_interval((v / len(v))[:, None], np.zeros(len(v), int))
     return verdicts(spread, len(v), requests if requests is not None else len(v), unit)[0]
+
+
+@dataclass(frozen=True)
+class Method:
+    """The interval method's two replaceable parts: the spread of sums of per-cluster
+    contributions and the critical values. ``method`` swaps them for the length of a block:
+    the calibration benchmark breaks each part on purpose and shows the calibration check
+    catches it (``benchmarks/calibration.py``); the analysis never swaps them."""
+
+    linear_interval: Callable[[np.ndarray, np.ndarray], Spread]
+    t_crits: Callable[..., np.ndarray]
+
+
+METHOD = Method(linear_interval=rao_wu_spread, t_crits=student_t_crits)
+
+
+@contextlib.contextmanager
+def method(**parts: Callable) -> Iterator[Method]:
+    """``METHOD`` with ``parts`` replaced inside the block, restored after."""
+    global METHOD
+    saved = METHOD
+    METHOD = replace(saved, **parts)
+    try:
+        yield METHOD
+    finally:
+        METHOD = saved

@@ -32,9 +32,9 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from analysis.predict import MAX_TOKENS
-from analysis.saving_curve import Crossover, Shape
-from analysis.stats import Spread, Status, bootstrap_interval
+from analysis.method.predict import MAX_TOKENS
+from analysis.method.saving_curve import Crossover, Shape
+from analysis.method.stats import Spread, Status, bootstrap_interval
 from pdbench.results.interval import Interval
 
 P_PARTS = ("p_queue_ms", "p_compute_ms", "p_pull_ms")

@@ -8,9 +8,9 @@ that read it); how a router applies it is ``pdbench.results.policy_rule``.
 
 from __future__ import annotations
 
-from analysis.deployment import Context, DeploymentAnalysis, LoadAnalysis
-from analysis.saving_curve import Shape
-from analysis.spent_cost import SpentCosts
+from analysis.method.deployment import Context, DeploymentAnalysis, LoadAnalysis
+from analysis.method.saving_curve import Shape
+from analysis.method.spent_cost import SpentCosts
 from pdbench.results.interval import Interval
 from pdbench.results.policy_file import (
     FILE_NAME,

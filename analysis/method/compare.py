@@ -10,7 +10,7 @@ from typing import Any
 
 import pandas as pd
 
-from analysis.load import RunData
+from analysis.load.runs import RunData
 
 
 def pulled_share(turns: pd.DataFrame) -> dict[str, float]:

@@ -24,15 +24,15 @@ from typing import Any
 
 import pandas as pd
 
-from analysis import predict, samples
-from analysis.fits import POOR_R2, RecomputeFit, TransferFit, fit_recompute, fit_transfer
-from analysis.load import RunData, deployment_label
-from analysis.model_cost import ModelShape
-from analysis.pairs import request_frame
-from analysis.pull_recompute import Measured, measure
-from analysis.saving_curve import Shape, crossover
-from analysis.spent_cost import Check, SpentCosts, check, fit_spent, spent_frame
-from analysis.stats import Status
+from analysis.load.runs import RunData, deployment_label
+from analysis.method import predict, samples
+from analysis.method.fits import POOR_R2, RecomputeFit, TransferFit, fit_recompute, fit_transfer
+from analysis.method.model_cost import ModelShape
+from analysis.method.pairs import request_frame
+from analysis.method.pull_recompute import Measured, measure
+from analysis.method.saving_curve import Shape, crossover
+from analysis.method.spent_cost import Check, SpentCosts, check, fit_spent, spent_frame
+from analysis.method.stats import Status
 
 
 def _round_up(tokens: float, block: int) -> int:

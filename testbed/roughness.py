@@ -24,8 +24,8 @@ from dataclasses import asdict, dataclass
 import numpy as np
 import pandas as pd
 
-from analysis.load import load_runs
-from analysis.pairs import CLUSTER, STRATUM, request_frame
+from analysis.load.runs import load_runs
+from analysis.method.pairs import CLUSTER, STRATUM, request_frame
 
 
 @dataclass(frozen=True)
@@ -90,10 +90,10 @@ def roughness(req: pd.DataFrame, pull_flow: str = "pull") -> Roughness:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m analysis.roughness RUN_DIR...``: each run's figures, one JSON line each."""
+    """``python -m testbed.roughness RUN_DIR...``: each run's figures, one JSON line each."""
     dirs = sys.argv[1:] if argv is None else argv
     if not dirs:
-        print("usage: python -m analysis.roughness RUN_DIR [RUN_DIR ...]", file=sys.stderr)
+        print("usage: python -m testbed.roughness RUN_DIR [RUN_DIR ...]", file=sys.stderr)
         return 2
     for run_dir in dirs:
         figures = roughness(request_frame(load_runs([run_dir])))

@@ -25,9 +25,9 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 import pandas as pd
 
-from analysis.pairs import CLUSTER, STRATUM, cluster_index, paired, waves
-from analysis.saving_curve import Crossover, SavingCurve, Shape, crossover, fit_curve
-from analysis.stats import (
+from analysis.method.pairs import CLUSTER, STRATUM, cluster_index, paired, waves
+from analysis.method.saving_curve import Crossover, SavingCurve, Shape, crossover, fit_curve
+from analysis.method.stats import (
     LEVEL,
     Spread,
     Status,

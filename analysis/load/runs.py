@@ -228,7 +228,7 @@ class RunData:
         return view(DeploymentView, self.deployments.get(dep_id, {}))
 
     def model_section(self, dep_id: str) -> dict[str, Any]:
-        """The model section of Deployment ``dep_id``'s record (``analysis.model_cost`` reads
+        """The model section of Deployment ``dep_id``'s record (``analysis.method.model_cost`` reads
         the shape from it); {} when unknown."""
         return dict(self.deployments.get(dep_id, {}).get("model") or {})
 

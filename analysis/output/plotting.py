@@ -6,9 +6,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from analysis.deployment import Context
-from analysis.plotkit import DPI
-from analysis.question import Answered
+from analysis.kit.plotkit import DPI
+from analysis.method.deployment import Context
+from analysis.questions.question import Answered
 
 
 @dataclass

@@ -16,7 +16,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from analysis.load import RunData
+from analysis.load.runs import RunData
 
 KEY = ["deployment_id", "kind", "h", "repetition", "conversation", "turn"]
 PAIR_KEY = [k for k in KEY if k != "deployment_id"]  # a request's twin in another deployment

@@ -1,5 +1,5 @@
 """What a question of the analysis is: one module under ``analysis/questions/`` owns its
-answer, its tables, its plots and its summary; ``analysis/registry.py`` lists them in the
+answer, its tables, its plots and its summary; ``analysis/questions/registry.py`` lists them in the
 order the console, the HTML report and W&B show them.
 
 A question's ``answer(ctx)`` returns its answers (empty: the run did not ask it). Each
@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from analysis.deployment import Context
+from analysis.method.deployment import Context
 
 
 class Answer(Protocol):

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from analysis.fmt import json_safe
-from analysis.load import RunData
-from analysis.question import Answered
+from analysis.kit.fmt import json_safe
+from analysis.load.runs import RunData
 from analysis.questions.control import invalid_lines
-from analysis.registry import by_name
+from analysis.questions.question import Answered
+from analysis.questions.registry import by_name
 
 CORRUPT_SHOWN = 5
 

@@ -6,19 +6,15 @@ from __future__ import annotations
 
 import base64
 import html
-import json
 import time
 from pathlib import Path
 from typing import Any
 
-import pandas as pd
-
-from analysis.answer import answer_lines, valid
-from analysis.deployment import Context
-from analysis.load import RunData, deployment_label
-from analysis.plotting import Plot
-from analysis.question import Answered
-from analysis.stats import CALIBRATION_RUNS, CALIBRATION_SIGMAS
+from analysis.method.deployment import Context
+from analysis.method.stats import CALIBRATION_RUNS, CALIBRATION_SIGMAS
+from analysis.output.plotting import Plot
+from analysis.output.tables import Tables
+from analysis.questions.question import Answered
 
 CSS = """
 body { font-family: system-ui, -apple-system, "Segoe UI", Roboto, sans-serif; margin: 0 auto;
@@ -62,39 +58,8 @@ def table(rows: list[dict[str, Any]], left: tuple[str, ...] = (), bad: str | Non
     return "".join(out)
 
 
-def _num(value: Any, fmt: str = ",.0f") -> str:
-    if value is None or (isinstance(value, float) and pd.isna(value)):
-        return "–"
-    return format(value, fmt)
-
-
-def point_rows(data: RunData) -> list[dict[str, Any]]:
-    if not len(data.points):
-        return []
-    pts = data.points.sort_values(["deployment_id", "history_tokens", "flow", "repetition"])
-    return [
-        {
-            "deployment": deployment_label(p["deployment_id"], data.points),
-            "flow": p["flow"],
-            "history": _num(p["history_tokens"]),
-            "repetition": p["repetition"],
-            "run order": "–" if p["order_index"] < 0 else p["order_index"],
-            "status": p["status"],
-            "requests": p["requests"],
-            "failed": p["failed_requests"],
-            "TTFT p50 (ms)": _num(p["ttft_ms_p50"], ".1f") if p["requests"] else "–",
-            "ITL p50 (ms)": _num(p["itl_ms_p50"], ".2f") if p["requests"] else "–",
-            "KV moved (MB)": _num((p["transfer_bytes"] or 0) / 1e6, ".2f"),
-            "flags": p["flags"],
-            "error": p["error"],
-        }
-        for _, p in pts.iterrows()
-    ]
-
-
-def points_tables(data: RunData) -> str:
+def points_tables(rows: list[dict[str, Any]]) -> str:
     """One table per deployment (the label as a heading)."""
-    rows = point_rows(data)
     if not rows:
         return '<p class="muted">(no Point records)</p>'
     out = []
@@ -104,54 +69,6 @@ def points_tables(data: RunData) -> str:
         out.append(f"<h3>{esc(label)}</h3>")
         out.append(table(mine, left=("flow", "flags", "error"), bad="status"))
     return "\n".join(out)
-
-
-def bench_rows(bench: pd.DataFrame) -> list[dict[str, Any]]:
-    need = {"op", "layout", "tp_split", "tokens", "gb_s"}
-    if not len(bench) or not need <= set(bench.columns):
-        return []
-    ok = bench[bench["status"] == "ok"] if "status" in bench else bench
-    keys = [k for k in ("op", "layout", "tp_split", "ucx_tls", "memory") if k in ok]
-    pivot = ok.pivot_table(index=keys, columns="tokens", values="gb_s", aggfunc="median")
-    rows = []
-    for idx, row in pivot.iterrows():
-        idx = idx if isinstance(idx, tuple) else (idx,)
-        entry = {k: v for k, v in zip(keys, idx, strict=True)}
-        entry.update({f"{int(t):,} tok (GB/s)": _num(v, ".3g") for t, v in row.items()})
-        rows.append(entry)
-    return rows
-
-
-def provenance_rows(data: RunData) -> list[dict[str, Any]]:
-    rows = []
-    for run_dir, m in data.manifests.items():
-        prov = m.get("provenance") or {}
-        jobs = ", ".join(str(j.get("job_id")) for j in m.get("jobs") or [])
-        rows.append(
-            {
-                "run dir": run_dir,
-                "name": m.get("name", ""),
-                "git sha": prov.get("git_sha", "?"),
-                "python": prov.get("python", ""),
-                "packages": ", ".join(f"{k} {v}" for k, v in (prov.get("packages") or {}).items()),
-                "UCX": prov.get("ucx", ""),
-                "CPU": prov.get("cpu", ""),
-                "GPUs": ", ".join(prov.get("gpus") or []) or "none",
-                "host": prov.get("hostname", ""),
-                "SLURM jobs": jobs or "–",
-            }
-        )
-    return rows
-
-
-def host_rows(data: RunData) -> list[dict[str, Any]]:
-    """Where each instance of each run dir ran (the Points' ``hosts``, last one read wins)."""
-    seen: dict[tuple[str, str], str] = {}
-    pts = data.points
-    for run_dir, text in zip(pts["run_dir"], pts["hosts"], strict=True):
-        for inst, where in json.loads(str(text or "{}")).items():
-            seen[(str(run_dir), inst)] = where
-    return [{"run dir": r, "instance": i, "host:port": h} for (r, i), h in sorted(seen.items())]
 
 
 def _img(path: Path) -> str:
@@ -196,10 +113,10 @@ def _figure(p: Plot) -> str:
     )
 
 
-def question_section(a: Answered, plots: list[Plot]) -> list[str]:
+def question_section(a: Answered, tables: Tables, plots: list[Plot]) -> list[str]:
     """A heading, the question's tables and its plots."""
     out = [f'<h2 id="q-{esc(a.question.name)}">{esc(a.question.title)}</h2>']
-    for name, rows in a.tables().items():
+    for name, rows in tables.questions.get(a.question.name, {}).items():
         out += [f"<h3>{esc(name.replace('_', ' '))}</h3>", table(rows, left=LEFT)]
     out += [_figure(p) for p in plots if p.question == a.question.name]
     return out
@@ -214,17 +131,21 @@ def render(
     ctx: Context,
     answered: list[Answered],
     plots: list[Plot],
+    summary: dict[str, Any],
+    tables: Tables,
     title: str = "pdbench analysis",
 ) -> str:
+    """The report of an analysis: ``summary`` (``answer.summary_dict``: its answer lines and
+    validity) and ``tables`` (``tables.Tables``) as computed once for every output."""
     data = ctx.data
     names = ", ".join(Path(d).name for d in data.run_dirs)
-    answer = "".join(_answer_item(line) for line in answer_lines(data, answered))
+    answer = "".join(_answer_item(line) for line in summary["answer"])
     asked = [a for a in answered if a.asked and a.question.name != "flagged"]
     answering = [a for a in asked if any(getattr(x, "headline", True) for x in a.answers)]
     heading = " · ".join(a.question.title for a in answering) or "Answer"
     banner = (
         ""
-        if valid(answered)
+        if summary["valid"]
         else '<p class="invalid"><b>INVALID RUN</b>: the A/A control failed; see '
         '<a href="#q-control">the control</a>. Its verdicts are not evidence.</p>'
     )
@@ -238,7 +159,7 @@ def render(
         f'<div class="answer" id="answer"><b>{esc(heading)}</b><ul>{answer}</ul></div>',
     ]
     for a in asked:
-        parts += question_section(a, plots)
+        parts += question_section(a, tables, plots)
     notes = data.notes + [f"{d.label}: {n}" for d in ctx.deployments() for n in d.notes]
     if data.corrupt:
         notes = [f"corrupt record: {c}" for c in data.corrupt] + notes
@@ -247,18 +168,18 @@ def render(
         parts.append("</ul>")
     parts += [
         "<h2>Points</h2>",
-        points_tables(data),
+        points_tables(tables.points),
         "<h2>Transfer bench</h2>",
-        table(bench_rows(data.bench), left=("op", "layout", "tp_split", "ucx_tls", "memory"))
-        if len(data.bench)
+        table(tables.bench, left=("op", "layout", "tp_split", "ucx_tls", "memory"))
+        if tables.bench
         else '<p class="muted">(no transfer-bench records in these run dirs)</p>',
         "<h2>Method</h2>",
         STATISTICS,
         "<ul>" + "".join(f"<li>{a.question.method}</li>" for a in answered if a.question.method),
         "</ul>",
         "<h2>Provenance</h2>",
-        table(provenance_rows(data), left=("run dir", "name", "git sha", "packages", "CPU")),
-        table(host_rows(data), left=("run dir", "instance", "host:port")),
+        table(tables.provenance, left=("run dir", "name", "git sha", "packages", "CPU")),
+        table(tables.hosts, left=("run dir", "instance", "host:port")),
         "</body></html>",
     ]
     return "\n".join(parts)

@@ -14,8 +14,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from analysis.load import RunData
-from analysis.stats import Verdict, mean_verdict
+from analysis.load.runs import RunData
+from analysis.method.stats import Verdict, mean_verdict
 
 CELL = ["deployment_id", "kind"]
 TWIN = ["h", "repetition", "conversation", "turn"]

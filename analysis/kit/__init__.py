@@ -1,0 +1,2 @@
+"""Leaves every stage may use: number formatting (``fmt``) and the figure scaffold
+(``plotkit``)."""

@@ -1,0 +1,1 @@
+"""Stage 1: run dirs read into typed records, then frames (``runs``)."""
