@@ -9,10 +9,13 @@ same, the servers are not) with its 95% interval; the NIXL throughput of its Poi
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import pandas as pd
 
+from analysis.kit.fmt import LATER, tokens
 from analysis.method.deployment import Context, DeploymentAnalysis
 from analysis.method.pairs import PAIR_KEY
 from analysis.method.pull_recompute import level, paired_difference
@@ -65,3 +68,42 @@ def members(ctx: Context, named: list[tuple[str, str]]) -> tuple[list[Member], i
         }
         out.append(Member(name, ctx.deployment(dep), ttft, versus, kv_rate(ctx.data.points, dep)))
     return out, h
+
+
+def member_rows(
+    family: str,
+    history: int,
+    members: list[Member],
+    name_column: str,
+    extra: Callable[[Member], dict[str, Any]],
+) -> list[dict[str, Any]]:
+    """One row per (member, flow) of a family's table: the member by ``name_column``, its
+    mean TTFT and its difference with the first member, then ``extra(member)``'s columns."""
+    rows = []
+    for m in members:
+        for flow, v in m.ttft.items():
+            vs = m.versus_first.get(flow)
+            rows.append(
+                {
+                    "deployments": family,
+                    name_column: m.name,
+                    "flow": flow,
+                    "history": tokens(history),
+                    f"mean TTFT, {LATER} (95% CI)": v.interval(signed=False),
+                    f"vs {members[0].name} (95% CI)": vs.interval() if vs else "–",
+                    **extra(m),
+                }
+            )
+    return rows
+
+
+def member_record(m: Member) -> dict[str, Any]:
+    """A member's figures in a summary: its TTFT, its difference with the first member, its
+    crossover and threshold."""
+    return {
+        "deployment_id": m.analysis.deployment_id,
+        "ttft_ms": {f: v.to_dict() for f, v in m.ttft.items()},
+        "versus_first_ms": {f: v.to_dict() for f, v in m.versus_first.items()},
+        "crossover": m.analysis.measured.crossover.to_dict(),
+        "recommended_kv_recompute_threshold": m.analysis.threshold_advice.to_dict(),
+    }

@@ -19,7 +19,7 @@ from analysis.kit.fmt import LATER, tokens
 from analysis.load.runs import deployment_label
 from analysis.method.compare import families, unmatched
 from analysis.method.deployment import Context
-from analysis.questions.across import Member, members
+from analysis.questions.across import Member, member_record, member_rows, members
 from analysis.questions.question import Note, PlotSpec, Question
 
 PLACEMENT_ORDER = ("same_node", "cross_node")
@@ -57,23 +57,15 @@ class PlacementAnswer:
         return ["\n".join(out)]
 
     def tables(self) -> dict[str, list[dict[str, Any]]]:
-        rows = []
-        for m in self.members:
-            for flow, v in m.ttft.items():
-                vs = m.versus_first.get(flow)
-                rows.append(
-                    {
-                        "deployments": self.family,
-                        "placement": m.name,
-                        "flow": flow,
-                        "history": tokens(self.history),
-                        f"mean TTFT, {LATER} (95% CI)": v.interval(signed=False),
-                        f"vs {self.members[0].name} (95% CI)": vs.interval() if vs else "–",
-                        "KV GB/s (NIXL totals, 95% CI)": m.gb_s.interval("{:,.3f}", signed=False),
-                        "crossover": m.analysis.measured.crossover.describe(),
-                    }
-                )
-        return {"placement": rows}
+        def extra(m: Member) -> dict[str, Any]:
+            return {
+                "KV GB/s (NIXL totals, 95% CI)": m.gb_s.interval("{:,.3f}", signed=False),
+                "crossover": m.analysis.measured.crossover.describe(),
+            }
+
+        return {
+            "placement": member_rows(self.family, self.history, self.members, "placement", extra)
+        }
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -83,12 +75,8 @@ class PlacementAnswer:
                 {
                     "placement": raw,
                     "name": m.name,
-                    "deployment_id": m.analysis.deployment_id,
                     "transfer_gb_s": m.gb_s.to_dict(),
-                    "ttft_ms": {f: v.to_dict() for f, v in m.ttft.items()},
-                    "versus_first_ms": {f: v.to_dict() for f, v in m.versus_first.items()},
-                    "crossover": m.analysis.measured.crossover.to_dict(),
-                    "recommended_kv_recompute_threshold": m.analysis.threshold_advice.to_dict(),
+                    **member_record(m),
                 }
                 for m, raw in zip(self.members, self.placements, strict=True)
             ],

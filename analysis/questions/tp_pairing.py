@@ -19,7 +19,7 @@ from analysis.method.compare import families
 from analysis.method.deployment import Context
 from analysis.method.pull_recompute import flow_levels
 from analysis.method.saving_curve import Shape
-from analysis.questions.across import Member, members
+from analysis.questions.across import Member, member_record, member_rows, members
 from analysis.questions.question import PlotSpec, Question
 
 TP_AXES = ("topology.name", "topology.prefill.tp", "topology.decode.tp")
@@ -60,23 +60,15 @@ class TPAnswer:
         return ["\n".join(out)]
 
     def tables(self) -> dict[str, list[dict[str, Any]]]:
-        rows = []
-        for m in self.members:
-            for flow, v in m.ttft.items():
-                vs = m.versus_first.get(flow)
-                rows.append(
-                    {
-                        "deployments": self.family,
-                        "TP P->D": m.name,
-                        "flow": flow,
-                        "history": tokens(self.history),
-                        f"mean TTFT, {LATER} (95% CI)": v.interval(signed=False),
-                        f"vs {self.members[0].name} (95% CI)": vs.interval() if vs else "–",
-                        "crossover": m.analysis.measured.crossover.describe(),
-                        "threshold": m.analysis.threshold_advice.text(),
-                    }
-                )
-        return {"tp_pairing": rows}
+        def extra(m: Member) -> dict[str, Any]:
+            return {
+                "crossover": m.analysis.measured.crossover.describe(),
+                "threshold": m.analysis.threshold_advice.text(),
+            }
+
+        return {
+            "tp_pairing": member_rows(self.family, self.history, self.members, "TP P->D", extra)
+        }
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -84,17 +76,7 @@ class TPAnswer:
             "history": self.history,
             "ranked_by": self.flow,
             "verdict": self.verdict(),
-            "pairings": [
-                {
-                    "tp_pair": m.name,
-                    "deployment_id": m.analysis.deployment_id,
-                    "ttft_ms": {f: v.to_dict() for f, v in m.ttft.items()},
-                    "versus_first_ms": {f: v.to_dict() for f, v in m.versus_first.items()},
-                    "crossover": m.analysis.measured.crossover.to_dict(),
-                    "recommended_kv_recompute_threshold": m.analysis.threshold_advice.to_dict(),
-                }
-                for m in self.members
-            ],
+            "pairings": [{"tp_pair": m.name, **member_record(m)} for m in self.members],
             "text": self.lines()[0],
         }
 
