@@ -131,13 +131,17 @@ def check_no_leftovers(store: RunStore) -> None:
         )
 
 
-def check_no_live_jobs(store: RunStore, manifest: dict[str, Any]) -> None:
+def check_no_live_jobs(store: RunStore, manifest: dict[str, Any], origin: LaunchOrigin) -> None:
     """Refuse (``ConfigError``) a launch into a dir whose SLURM jobs still run (a detached
-    launch's, or one whose driver was lost): they measure its Points and hold its ports."""
+    launch's, or one whose driver was lost): they measure its Points and hold its ports.
+    Jobs this same command line submitted (an earlier launch of its ``-m`` sweep) are its
+    own."""
     live = []
     for job in manifest.get("jobs") or []:
         job_id = str(job.get("job_id", ""))
         if job.get("executor") != "slurm" or not job_id.isdigit():
+            continue
+        if job.get("invocation") == origin.invocation:
             continue
         state = slurm_state(job_id)
         if state in LIVE_STATES:
@@ -234,6 +238,7 @@ class RunDir:
     store: RunStore
     states: dict[str, PointStatus]
     also: list[dict[str, Any]]  # a sweep's other compositions on these servers, as JSON
+    origin: LaunchOrigin  # the command line launching (its jobs are recorded with it)
 
     @classmethod
     def open(
@@ -262,8 +267,8 @@ class RunDir:
             check_environment(cfg)  # the nodes run this driver's interpreter and vLLM
             claim_dir(store)
             check_no_leftovers(store)
-            check_no_live_jobs(store, manifest)
-        return cls(cfg, config, plan, store, point_states(plan, store), others)
+            check_no_live_jobs(store, manifest, origin)
+        return cls(cfg, config, plan, store, point_states(plan, store), others, origin)
 
     @property
     def pending(self) -> list[str]:
@@ -289,6 +294,7 @@ class RunDir:
             "deployment_id": deployment_id,
             "job_id": str(job.job_id),
             "executor": self.cfg.cluster.executor.value,  # local: the job id is its pid
+            "invocation": self.origin.invocation,  # the command line that submitted it
             "submitted_at": time.time(),
             "stdout": str(job.paths.stdout),
             "stderr": str(job.paths.stderr),
