@@ -26,11 +26,26 @@ from pdbench.results.manifest import LaunchOrigin, mixed_launch_problem, with_la
 from pdbench.results.store import RunStore
 from pdbench.validate.environment import check_environment
 from records.point import PointStatus
+from records.versions import SchemaVersionError
 
 
 def point_states(plan: Plan, store: RunStore) -> dict[str, PointStatus]:
-    """Every planned Point's status in the dir (each record read once)."""
-    return {p.point_id: store.point_status(p.point_id) for p in plan.all_points()}
+    """Every planned Point's status in the dir (each record read once); ``ConfigError`` when a
+    record was written by a newer pdbench: it is neither resumed as ok nor measured over."""
+    try:
+        return {p.point_id: store.point_status(p.point_id) for p in plan.all_points()}
+    except SchemaVersionError as err:
+        raise ConfigError(
+            [
+                ConfigProblem(
+                    "dir",
+                    str(store.root),
+                    f"holds records this pdbench cannot read: {err}".split(". Fix: ")[0],
+                    "resume it with the pdbench that recorded it (its manifest's provenance "
+                    "names the git sha), or give this launch a new dir=",
+                )
+            ]
+        ) from err
 
 
 def pending_deployments(

@@ -13,6 +13,7 @@ from pdbench.driver.slurm_state import slurm_state
 from pdbench.results.manifest import history_lines
 from pdbench.results.store import CorruptRecord, RunStore
 from records.point import PointStatus
+from records.versions import SchemaVersionError
 
 POINT_STATES = ("ok", "failed", "corrupt", "pending")
 
@@ -80,6 +81,10 @@ def count_points(store: RunStore, point_ids: list[str]) -> tuple[dict[str, int],
         except CorruptRecord as err:
             counts["corrupt"] += 1
             notes.append(f"    corrupt {err} (a rerun measures it again)")
+            continue
+        except SchemaVersionError as err:
+            counts["newer"] = counts.get("newer", 0) + 1
+            notes.append(f"    {err}")
             continue
         state = "pending" if rec is None else str(rec.status)
         counts[state] = counts.get(state, 0) + 1

@@ -3,6 +3,8 @@ every Point and leaves the dir as it was."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from pdbench.config.compose import compose_job
@@ -61,3 +63,28 @@ def test_the_dry_run_lists_the_points_it_would_skip_and_run_and_writes_nothing(
     for point in rest:
         assert f"  run  {point.point_id} (pending)" in out.stdout
     assert sorted((p, p.stat().st_mtime_ns) for p in run_dir.rglob("*")) == before
+
+
+def test_records_of_a_newer_pdbench_are_neither_resumed_nor_measured_over(
+    tmp_path, capsys, monkeypatch
+):
+    from pdbench.driver.status import print_status
+
+    monkeypatch.setattr("pdbench.driver.provenance.collect", lambda: {})
+    run_dir = tmp_path / "run"
+    cfg = compose_job(["+experiment=smoke", f"dir={run_dir}"])
+    plan = make_plan(cfg)
+    store = RunStore(run_dir)
+    write_manifest([to_jsonable(cfg)], plan, store, "/model")
+    agg, *_ = plan.all_points()
+    newer = PointResult(agg.point_id, PointStatus.ok, "", "agg", {}, {}).to_dict()
+    store.point_path(agg.point_id).parent.mkdir(parents=True, exist_ok=True)
+    store.point_path(agg.point_id).write_text(json.dumps({**newer, "schema_version": 99}))
+    out = pdbench("+experiment=smoke", f"dir={run_dir}", "launch.dry_run=true")
+    assert out.returncode == 2, out.stdout + out.stderr
+    assert "holds records this pdbench cannot read:" in out.stderr
+    assert "a point record of schema_version 99" in out.stderr and "Traceback" not in out.stderr
+    print_status(str(run_dir))
+    assert "a point record of schema_version 99; this pdbench reads up to" in (
+        capsys.readouterr().out
+    )
