@@ -281,8 +281,9 @@ class RunDir:
         if claim:
             check_environment(cfg)  # the nodes run this driver's interpreter and vLLM
             claim_dir(store)
-            check_no_leftovers(store)
+            # a live job's processes are no leftovers: the job is named, not stopped
             check_no_live_jobs(store, manifest, origin)
+            check_no_leftovers(store)
         return cls(cfg, config, plan, store, point_states(plan, store), others, origin)
 
     @property
