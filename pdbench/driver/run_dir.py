@@ -19,7 +19,7 @@ from pdbench.config.schema import OnFailure, RunConfig
 from pdbench.driver import provenance
 from pdbench.driver.leftovers import run_processes
 from pdbench.driver.progress import JobOutcome
-from pdbench.driver.slurm_state import LIVE_STATES, slurm_state
+from pdbench.driver.slurm_state import live_jobs
 from pdbench.plan.deployments import Deployment, Plan
 from pdbench.results.jsonable import to_jsonable
 from pdbench.results.manifest import LaunchOrigin, mixed_launch_problem, with_launch
@@ -151,16 +151,15 @@ def check_no_live_jobs(store: RunStore, manifest: dict[str, Any], origin: Launch
     launch's, or one whose driver was lost): they measure its Points and hold its ports.
     Jobs this same command line submitted (an earlier launch of its ``-m`` sweep) are its
     own."""
-    live = []
-    for job in manifest.get("jobs") or []:
-        job_id = str(job.get("job_id", ""))
-        if job.get("executor") != "slurm" or not job_id.isdigit():
-            continue
-        if job.get("invocation") == origin.invocation:
-            continue
-        state = slurm_state(job_id)
-        if state in LIVE_STATES:
-            live.append(f"job {job_id} ({job.get('deployment_id', '?')}) is {state}")
+    earlier = {
+        str(job.get("job_id", "")): job.get("deployment_id", "?")
+        for job in manifest.get("jobs") or []
+        if job.get("executor") == "slurm"
+        and str(job.get("job_id", "")).isdigit()
+        and job.get("invocation") != origin.invocation
+    }
+    states = live_jobs(list(earlier))  # one squeue call for them all
+    live = [f"job {j} ({earlier[j]}) is {state}" for j, state in states.items()]
     if live:
         raise ConfigError(
             [

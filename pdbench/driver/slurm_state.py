@@ -43,3 +43,17 @@ def slurm_state(job_id: str) -> str:
             if field.startswith("JobState="):
                 return field.split("=", 1)[1]
     return ""
+
+
+def live_jobs(job_ids: list[str]) -> dict[str, str]:
+    """Job id -> state of those of ``job_ids`` SLURM still runs or will run (``LIVE_STATES``),
+    from one ``squeue`` call ({} where there is no SLURM here)."""
+    if not job_ids or not shutil.which("squeue"):
+        return {}
+    cmd = ["squeue", "-h", "-j", ",".join(job_ids), "-o", "%i %T"]
+    try:
+        out = subprocess.run(cmd, capture_output=True, text=True, timeout=30).stdout
+    except (OSError, subprocess.SubprocessError):
+        return {}
+    states = dict(line.split(None, 1) for line in out.splitlines() if len(line.split()) == 2)
+    return {j: states[j] for j in job_ids if states.get(j) in LIVE_STATES}
