@@ -10,7 +10,7 @@ GPU_STAMP := $(VENV)/.pdbench-gpu-installed
 # `import vllm` ("operator torchvision::nms does not exist"), so they are removed after.
 CPU_EXTRAS := cpu,dev
 
-.PHONY: demo test test-unit test-e2e test-slurm test-gpu lint format install install-gpu image system-deps slurm-up slurm-down clean
+.PHONY: demo test test-unit test-e2e test-slurm test-gpu lint format install install-gpu image system-deps clients slurm-up slurm-down clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -60,6 +60,11 @@ system-deps:
 	  fi; \
 	else echo "system-deps: not root or no apt-get; e2e tests needing chromium/SLURM will skip"; fi
 
+# AIPerf and GuideLLM, which test_serve.py runs against `serve` (their pins conflict with
+# vLLM's): a venv of their own, built once under ~/.cache/pdbench (scripts/clients-venv.sh).
+clients:
+	scripts/clients-venv.sh
+
 demo: install
 	$(BIN)/python -m pdbench +experiment=smoke
 	$(BIN)/python -m analysis $$(ls -td results/smoke-* | head -1)
@@ -70,16 +75,18 @@ demo: install
 TEST_WORKERS ?= 2
 E2E_PARALLEL := -n $(TEST_WORKERS) --dist loadgroup
 
+# The clients' venv builds (first time only) while ruff and the unit tier run.
 test: install system-deps
-	$(BIN)/ruff check .
-	$(BIN)/pytest -m unit -q -n $(TEST_WORKERS)
+	scripts/clients-venv.sh > .clients-venv.log 2>&1 & built=$$!; \
+	  $(BIN)/ruff check . && $(BIN)/pytest -m unit -q -n $(TEST_WORKERS); rc=$$?; \
+	  wait $$built || { cat .clients-venv.log; exit 1; }; exit $$rc
 	scripts/local-slurm.sh start
 	$(BIN)/pytest -m "e2e or gpu" -q --durations=20 $(E2E_PARALLEL); rc=$$?; scripts/local-slurm.sh stop; exit $$rc
 
 test-unit: install
 	$(BIN)/pytest -m unit -q -n $(TEST_WORKERS)
 
-test-e2e: install system-deps
+test-e2e: install system-deps clients
 	scripts/local-slurm.sh start
 	$(BIN)/pytest -m e2e -q $(E2E_PARALLEL)
 

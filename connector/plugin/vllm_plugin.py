@@ -25,6 +25,7 @@ from vllm.v1.engine.core import EngineCoreProc
 from connector.parent_death import die_with_parent
 from connector.plugin import engine_idle
 from connector.plugin.kv_params_service import ParamsBoard, ParamsServer, parse_addr
+from connector.plugin.no_lease import release, wants_no_lease
 from connector.plugin.request_timing import RequestTimingMixin
 
 # vLLM's NixlConnector with pdbench's per-transfer tracing (inactive unless a trace dir is set).
@@ -78,14 +79,27 @@ class NixlConnector(RequestTimingMixin, _VllmNixlConnector):
             follow_the_api_server()
 
     def request_finished(self, request, block_ids):
-        delay, params = super().request_finished(request, block_ids)
+        delay, params = self._unleased(request, *super().request_finished(request, block_ids))
         self._keep(request, params)
         return delay, params
 
     def request_finished_all_groups(self, request, block_ids):
-        delay, params = super().request_finished_all_groups(request, block_ids)
+        finished = super().request_finished_all_groups(request, block_ids)
+        delay, params = self._unleased(request, *finished)
         self._keep(request, params)
         return delay, params
+
+    def _unleased(self, request, delay: bool, params: dict[str, Any] | None):
+        """A D turn the router marked as one nobody continues (``connector.plugin.no_lease``):
+        its blocks freed now, no params kept."""
+        sent = request.kv_transfer_params
+        if not (delay and wants_no_lease(sent) and not sent.get("do_remote_decode")):
+            return delay, params
+        if self.connector_scheduler is None or not release(
+            self.connector_scheduler, request.request_id
+        ):
+            return delay, params
+        return False, None
 
     def _keep(self, request, params: dict[str, Any] | None) -> None:
         """Put a finished request's params on the board with its output token ids: the

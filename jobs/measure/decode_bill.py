@@ -2,9 +2,10 @@
 
 With ``bidirectional_kv_xfer`` D keeps each finished request's blocks so that P can pull
 them next turn; they are freed when P has read them, or when ``decoder_kv_blocks_ttl``
-runs out (vLLM counts it in ``vllm:nixl_num_kv_expired_reqs``). The flow does not change
-that: on a bidirectional deployment D holds the blocks of a ``recompute`` turn for the
-whole TTL too, and nobody reads them.
+runs out (vLLM counts it in ``vllm:nixl_num_kv_expired_reqs``). Only turns of a flow that
+pulls are kept: the router marks the others (a ``recompute`` turn has no pull to wait for)
+and D frees their blocks at once (``connector.plugin.no_lease``), as a recompute deployment
+without bidirectional transfer would.
 
 Two views, both kept:
 
@@ -12,7 +13,7 @@ Two views, both kept:
   above the level the Point started at), during the load and in the tail after it;
 - by request, from the records: a request's blocks (``ceil((prompt + output) / block)``)
   held from its end until P's prefill of the conversation's next turn ended (``pull``), or
-  for the TTL (no pull followed: the last turn, a ``recompute`` route).
+  for the TTL (no pull followed: the last turn, a ``recompute`` route of a pulling flow).
 """
 
 from __future__ import annotations
@@ -22,10 +23,12 @@ from collections.abc import Iterable
 
 from jobs.measure import metrics
 from jobs.measure.kv_sampler import EXPIRED
+from pdbench.plan.deployments import KEEPS_D_KV
 from records.point import DecodeBill, RequestRecord
 
 # turns P prefilled and D decoded
 D_PATHS = ("pull", "recompute", "recompute_expired", "recompute_diverged", "recompute_policy")
+LEASING_FLOWS = tuple(f.value for f in KEEPS_D_KV)  # flows whose turns D keeps for a pull
 
 
 def above_baseline_block_s(samples: list[list[float]], blocks: int, t_from: float = 0.0) -> float:
@@ -57,7 +60,7 @@ def request_holds(
 ) -> list[tuple[int, float, bool]]:
     """(blocks, seconds held, pulled) per request D decoded and kept, from the records."""
     ok = sorted(
-        (r for r in records if r.status == "ok" and r.path in D_PATHS),
+        (r for r in records if r.status == "ok" and r.path in D_PATHS and r.flow in LEASING_FLOWS),
         key=lambda r: (r.conversation, r.turn),
     )
     by_turn = {(r.conversation, r.turn): r for r in ok}

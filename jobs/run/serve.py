@@ -20,9 +20,10 @@ import time
 import urllib.request
 from pathlib import Path
 
-from connector.process_env import bearer
+from connector.process_env import API_KEY_ENV, bearer
 from jobs.run.servers import say
 from jobs.run.state import TaskState
+from jobs.serving import client_commands
 from jobs.serving.router_metrics import metrics_urls
 from pdbench.plan.deployments import Deployment
 from pdbench.plan.points import Point
@@ -86,10 +87,31 @@ class ServeUntilStopped:
             # what a load generator needs beside the URL: where to scrape, the tokenizer
             "metrics": metrics_urls(ran.router.url, ran.instances),
             "tokenizer": ran.model_path,
+            # one command per load generator, as the e2e tier runs them
+            "clients": client_commands.commands(self.served_to_clients()),
             "started_at": time.time(),
             "stopped_at": None,
             "stopped_because": "",
         }
+
+    def served_to_clients(self) -> client_commands.Served:
+        """What a client needs; GuideLLM's conversations written for a word-level
+        tokenizer (``jobs.serving.client_commands``)."""
+        ran = self.ran
+        results = self.store.root / "clients"
+        words = client_commands.tokenizer_words(ran.model_path)
+        data = ""
+        if words:
+            data = str(client_commands.write_conversations(words, results / "conversations.jsonl"))
+        return client_commands.Served(
+            url=ran.router.url,
+            model=served_model_name(self.dep),
+            tokenizer=ran.model_path,
+            results_dir=str(results),
+            api_key=bool(os.environ.get(API_KEY_ENV)),
+            on_cpu=not any(i.gpus for i in ran.instances),
+            conversations_file=data,
+        )
 
     def next_point(self, measured: list[PointResult]) -> Point | None:
         """The first call serves until the job is stopped (a ``JobInterrupted`` from a signal,
@@ -111,8 +133,10 @@ class ServeUntilStopped:
         )
         say(
             f"  tokenizer (for a client's --tokenizer): {record['tokenizer']}; Prometheus "
-            f"metrics: {', '.join(record['metrics'])}"
+            f"metrics: {', '.join(f'{k} {v}' for k, v in record['metrics'].items())}"
         )
+        for client, command in record["clients"].items():
+            say(f"  {client}: {command}")
         why = "stopped"
         try:
             while True:

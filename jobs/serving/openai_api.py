@@ -197,18 +197,34 @@ def completion_tokens(payload: bytes) -> int:
     return value if isinstance(value, int) else -1
 
 
+def asks_usage(body: dict[str, Any]) -> bool:
+    """Whether a streamed request asks for the usage event."""
+    return bool((body.get("stream_options") or {}).get("include_usage"))
+
+
+def with_usage(body: dict[str, Any]) -> dict[str, Any]:
+    """The request with the stream's final usage event asked for."""
+    return {**body, "stream_options": {**(body.get("stream_options") or {}), "include_usage": True}}
+
+
+def usage_only(data: dict[str, Any]) -> bool:
+    """A stream's final usage event (no choices), which a client that asked none never sees."""
+    return "usage" in data and not data.get("choices")
+
+
 class ChatStream:
     """D's completion stream (SSE bytes as they arrive) as a chat stream. Events are
     translated whole; a partial event waits for the rest of it. The role goes with the first
     content, so a client times its first token at D's first token."""
 
-    def __init__(self, request_id: str, loads, dumps):
+    def __init__(self, request_id: str, loads, dumps, hide_usage: bool = False):
         self.id = f"chatcmpl-{request_id}"
         self.created = int(time.time())
         self.loads, self.dumps = loads, dumps
         self.buffer = b""
         self.first = True
-        self.completion_tokens = -1  # from the usage event, when the client asked for one
+        self.completion_tokens = -1  # from the usage event
+        self.hide_usage = hide_usage  # the router asked for it, the client did not
 
     def feed(self, data: bytes) -> bytes:
         """The chat events for what ``data`` completes (b"" when it completes none)."""
@@ -240,6 +256,8 @@ class ChatStream:
             tokens = (data["usage"] or {}).get("completion_tokens")
             if isinstance(tokens, int):
                 self.completion_tokens = tokens
+            if self.hide_usage and usage_only(data):
+                return b""
         return b"data: " + self.dumps(chunk) + b"\n\n"
 
 
@@ -249,21 +267,25 @@ class CompletionStream:
     are passed whole; a partial one waits for the rest of it (vLLM writes events whole, so
     nothing waits in practice)."""
 
-    def __init__(self, loads, dumps):
+    def __init__(self, loads, dumps, hide_usage: bool = False):
         self.loads, self.dumps = loads, dumps
         self.buffer = b""
-        self.completion_tokens = -1  # from the usage event, when the client asked for one
+        self.completion_tokens = -1  # from the usage event
+        self.hide_usage = hide_usage  # the router asked for it, the client did not
 
     def feed(self, data: bytes) -> bytes:
         self.buffer += data
         *events, self.buffer = self.buffer.split(b"\n\n")
-        return b"".join(self._event(e) + b"\n\n" for e in events)
+        return b"".join(out + b"\n\n" for e in events if (out := self._event(e)))
 
     def _event(self, event: bytes) -> bytes:
         if b'"completion_tokens"' in event:
-            tokens = completion_tokens(event.partition(b"data:")[2].strip())
+            payload = event.partition(b"data:")[2].strip()
+            tokens = completion_tokens(payload)
             if tokens >= 0:
                 self.completion_tokens = tokens
+            if self.hide_usage and usage_only(self.loads(payload)):
+                return b""
         if not any(k.encode() in event for k in INTERNAL_KEYS):
             return event
         head, _, payload = event.partition(b"data:")

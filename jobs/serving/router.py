@@ -52,6 +52,7 @@ import aiohttp
 from aiohttp import web
 
 from connector.plugin.kv_params_service import OUTPUT_IDS_KEY
+from connector.plugin.no_lease import NO_LEASE_KEY
 from connector.process_env import API_KEY_ENV
 from jobs.serving import openai_api
 from jobs.serving.openai_api import CHAT, COMPLETIONS, ChatStream, CompletionStream
@@ -271,6 +272,10 @@ class Router:
         log.matched = "header" if session else ""
         if not session and self.config.match_prefix:
             session = self.conversations.recognise(prompt)
+            before = None if session else self.conversations.in_flight_before(prompt)
+            if before is not None:  # its last turn has not settled yet: then matched
+                await before.wait()
+                session = self.conversations.recognise(prompt)
             log.matched = "prefix" if session else ""
             session = session or f"{RECOGNISED}{uuid.uuid4().hex[:16]}"
         state = self.conversations.get(session, time.monotonic())
@@ -315,6 +320,7 @@ class Router:
         settled = None
         if t.session and t.flow in PULL_FLOWS and route.path != "agg":
             settled = state.settled = asyncio.Event()
+            state.asking = t.prompt
         try:
             response = await self._route(
                 request,
@@ -334,7 +340,7 @@ class Router:
             if settled is not None:
                 settled.set()
                 if state.settled is settled:
-                    state.settled = None
+                    state.settled, state.asking = None, []
 
     def _logged(self, log: TurnLog, response, timing: TurnTiming):
         """Write the turn's log line (status, spans) and return ``response``, which carries
@@ -404,6 +410,8 @@ class Router:
                 extra[PREFILL_MS_HEADER] = f"{(timing.p_answered - timing.p_sent) * 1e3:.3f}"
                 log.p_cached_tokens = _cached_tokens(p_resp)
                 d_body = dict(body, kv_transfer_params=p_resp.get("kv_transfer_params"))
+            if settled is None and d_body["kv_transfer_params"]:  # no next turn: no lease
+                d_body["kv_transfer_params"] = {**d_body["kv_transfer_params"], NO_LEASE_KEY: True}
             response = await self._relay(
                 request, d_url, d_body, f"{rid}-d", path, None, extra, timing, api
             )
@@ -539,6 +547,12 @@ class Router:
 
         headers = {PATH_HEADER: path, **(headers or {})}
         timing = timing or TurnTiming(time.perf_counter())
+        # a streamed answer's length from D's usage (chunks undercount it: vLLM sends none
+        # for a token with no text, and merges tokens when it is behind), not shown to a
+        # client that asked none
+        hide_usage = bool(body.get("stream")) and not openai_api.asks_usage(body)
+        if hide_usage:
+            body, raw = openai_api.with_usage(body), None
         timing.d_sent = time.perf_counter()
         async with await self._send(url, body, rid, raw) as upstream:
             if upstream.status != 200 or not body.get("stream"):
@@ -559,7 +573,9 @@ class Router:
                     headers=headers,
                 )
             stream = (
-                ChatStream(rid, _loads, _dumps) if api == CHAT else CompletionStream(_loads, _dumps)
+                ChatStream(rid, _loads, _dumps, hide_usage)
+                if api == CHAT
+                else CompletionStream(_loads, _dumps, hide_usage)
             )
             chunks = upstream.content.iter_any()
             first = await anext(chunks, b"")

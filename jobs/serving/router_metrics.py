@@ -74,6 +74,7 @@ class RouterMetrics:
         return generate_latest(self.registry), CONTENT_TYPE_LATEST
 
 
-def metrics_urls(router_url: str, instances: list[Any]) -> list[str]:
-    """Where to scrape a deployment: the router's and each vLLM server's ``/metrics``."""
-    return [f"{router_url}/metrics", *(f"{i.url}/metrics" for i in instances)]
+def metrics_urls(router_url: str, instances: list[Any]) -> dict[str, str]:
+    """Where to scrape a deployment, by name: the router's and each vLLM server's
+    ``/metrics``."""
+    return {"router": f"{router_url}/metrics", **{i.name: f"{i.url}/metrics" for i in instances}}

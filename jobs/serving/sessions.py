@@ -9,7 +9,8 @@ Without one, the router looks for the conversation whose tokens on D the prompt 
 (``Conversations.recognise``: a prefix match on token ids, as production routers recognise
 reuse; ``flow.match_prefix``), so a client that resends its history (GuideLLM's multi-turn
 mode, any chat client) gets pulls with no header; a prompt that extends none starts a
-conversation of its own, named ``prefix-<id>``. With ``flow.match_prefix=false`` such a
+conversation of its own, named ``prefix-<id>`` (unless it extends the prompt of a turn still
+in flight: it waits for that turn's end, then is matched). With ``flow.match_prefix=false`` such a
 request stands alone: no state is kept, nothing is pulled for it.
 
 What D holds after a turn is the KV of the first ``remote_num_tokens`` tokens of that turn's
@@ -59,6 +60,7 @@ class ConversationState:
     last_used: float = 0.0  # router monotonic time of the last request
     # Set once the last turn's params are in (or known missing); the next turn waits for it.
     settled: asyncio.Event | None = None
+    asking: list[int] = field(default_factory=list)  # the prompt of the turn in flight
 
     @property
     def d_tokens(self) -> int:
@@ -134,6 +136,20 @@ class Conversations:
                 continue
             if len(state.held) > best_len and diverges_at(prompt, state.held) is None:
                 best, best_len = session, len(state.held)
+        return best
+
+    def in_flight_before(self, prompt: list[int]) -> asyncio.Event | None:
+        """When ``prompt`` extends the prompt of a turn still in flight (the longest if
+        several), that turn's ``settled`` event: a client that sends its next turn the moment
+        the last answer ended comes before the router knows what D holds, and waits for it
+        instead of starting a conversation of its own. None when no turn in flight fits."""
+        best, best_len = None, 0
+        for state in self._states.values():
+            asking = state.asking
+            if state.settled is None or not best_len < len(asking) < len(prompt):
+                continue
+            if prompt[: len(asking)] == asking:
+                best, best_len = state.settled, len(asking)
         return best
 
     def get(self, session: str, now: float) -> ConversationState:

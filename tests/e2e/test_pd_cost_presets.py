@@ -37,13 +37,19 @@ def test_decode_cost_records_what_d_held_and_for_how_long(tmp_path):
         bill = points[flow]["decode_bill"]
         samples = points[flow]["kv_timeline"]["decode0"]
         assert bill["blocks"] == 1024 and bill["ttl_s"] == 10
-        assert samples[0][1] == 0.0 and bill["usage_peak"] > 0  # settled, then held
-        assert samples[-1][1] == 0.0 and 0 < bill["tail_s"] <= 10 + KV_TAIL_MARGIN_S
-        assert bill["block_s"] >= bill["tail_block_s"] > 0
-        # every turn D served and nobody pulled ran out of lease: vLLM counted it
-        assert bill["expired_leases"] == bill["never_pulled_requests"] > 0
+        assert samples[0][1] == 0.0 and samples[-1][1] == 0.0  # settled before and after
+        # every turn D served, kept and nobody pulled ran out of lease: vLLM counted it
+        assert bill["expired_leases"] == bill["never_pulled_requests"]
         metrics = points[flow]["metrics"]["decode0"]
         assert metrics["vllm:inter_token_latency_seconds_count"] > 0
+    pull, recompute = points["pull"]["decode_bill"], points["recompute"]["decode_bill"]
+    # pull: the last turns' blocks held after the load until their lease ran out
+    assert pull["usage_peak"] > 0 and pull["block_s"] >= pull["tail_block_s"] > 0
+    assert pull["never_pulled_requests"] > 0 and 0 < pull["tail_s"] <= 10 + KV_TAIL_MARGIN_S
+    # recompute: no turn is ever pulled, so D kept none (no lease ran out; D idle soon after
+    # the load, long before the TTL)
+    assert recompute["never_pulled_requests"] == recompute["expired_leases"] == 0
+    assert 0 <= recompute["release_s"] < 10
     assert points["pull"]["decode_bill"]["pulled_requests"] == 2  # turn 2 pulled turn 1
     assert points["recompute"]["decode_bill"]["pulled_requests"] == 0
     (answer,) = summary["questions"]["decode_cost"]

@@ -16,6 +16,7 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -168,6 +169,10 @@ def test_third_party_clients_run_against_the_served_deployment(tmp_path):
         post(f"{url}/pdbench/flow", {"flow": "pull", "tag": "sdk-anonymous"})
         assert sdk_conversations(url, model, "") == pulled
         assert get(f"{url}/pdbench/stats")["paths"].get("pull", 0) == 4, "turns 2, 3 of two"
+        (record_path,) = (run_dir / "serve").glob("*.json")
+        printed = json.loads(record_path.read_text())
+        d_leases_only_for_turns_that_can_be_continued(url, model, printed["metrics"]["decode0"])
+        clients = run_printed_clients(url, printed["clients"])
     finally:
         rc = served.stop()
     # Ctrl-C reached the driver alone (submitit's controller and the task ignore it); it
@@ -188,7 +193,7 @@ def test_third_party_clients_run_against_the_served_deployment(tmp_path):
             assert x["p_cached_tokens"] >= 0 and x["spans_ms"]["p"] > 0
     pulls = [x for x in chat if x["path"] == "pull"]
     assert pulls and all(x["offered_tokens"] > 0 and x["session"] for x in pulls)
-    # the answer's length, for a replay: the SDK asked no usage, so its streamed chunks
+    # the answer's length, for a replay: D's count (the SDK asked no usage, and saw none)
     sdk = [x for x in chat if x["session"].startswith("sdk")]
     assert len(sdk) == 12 and all(x["output_tokens"] == 12 for x in sdk)
     assert {x["matched"] for x in sdk} == {"header"}
@@ -204,7 +209,108 @@ def test_third_party_clients_run_against_the_served_deployment(tmp_path):
         (3, "prefix", "pull"),
     ]
     assert len({x["session"] for x in found}) == 2
-    replay_recorded_session(tmp_path, Path(record["request_log"]))
+    third_party_multi_turn_turns_pulled(lines, clients)
+    # the SDK's conversations as the router recorded them (the other clients' left out)
+    sdk_log = tmp_path / "sdk_requests.jsonl"
+    sdk_log.write_text(
+        "".join(json.dumps(x) + "\n" for x in lines if x["request_id"].startswith("pdb-sdk"))
+    )
+    replay_recorded_session(tmp_path, sdk_log)
+
+
+def d_kv_usage(metrics_url: str) -> float:
+    """D's share of KV blocks in use (vLLM's metrics)."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    with urllib.request.urlopen(metrics_url, timeout=30) as resp:
+        text = resp.read().decode()
+    values = {
+        sample.name: sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+    }
+    return values["vllm:kv_cache_usage_perc"]
+
+
+def d_leases_only_for_turns_that_can_be_continued(url: str, model: str, d_metrics: str) -> None:
+    """Single-turn requests naming no conversation: in recompute nothing can pull them, so D
+    frees their blocks at once (its KV usage does not rise); in pull a next turn could extend
+    them (prefix matching), so D keeps them: the same requests raise it."""
+    body = {"model": model, "max_tokens": 8, "temperature": 0.0}
+    rises = {}
+    for flow in ("recompute", "pull"):
+        post(f"{url}/pdbench/flow", {"flow": flow, "tag": f"lease-{flow}"})
+        before = d_kv_usage(d_metrics)
+        for i in range(6):
+            post(f"{url}/v1/completions", {**body, "prompt": [5 + i] * 40 + list(range(3, 40))})
+        time.sleep(1.0)  # the last request's blocks freed, or kept
+        after = d_kv_usage(d_metrics)
+        rises[flow] = after - before
+        if flow == "recompute":  # leases of the earlier loads may run out meanwhile
+            assert after <= before, (before, after)
+    assert rises["pull"] > 0, rises
+
+
+def run_printed_clients(url: str, printed: dict[str, str]) -> dict[str, list[str]]:
+    """The commands serve printed for AIPerf, GuideLLM and vllm bench serve, run as printed
+    (AIPerf and GuideLLM from their own venv: scripts/clients-venv.sh), each under a flow tag
+    of its own; the router's request ids of each client's requests start with its tag."""
+    venv = subprocess.run(
+        ["scripts/clients-venv.sh"], cwd=REPO, capture_output=True, text=True, timeout=1800
+    )
+    assert venv.returncode == 0, "make clients failed:\n" + venv.stderr[-3000:]
+    # python: pdbench's own (vllm bench's module form); aiperf, guidellm: their venv's
+    bins = f"{Path(sys.executable).parent}:{venv.stdout.strip()}/bin:{os.environ['PATH']}"
+    tags = {}
+    for client, command in printed.items():
+        tag = re.sub(r"\W+", "-", client.lower())
+        post(f"{url}/pdbench/flow", {"flow": "pull", "tag": tag})
+        ran = subprocess.run(
+            ["bash", "-c", command],
+            cwd=REPO,
+            env={**os.environ, "PATH": bins},
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
+        assert ran.returncode == 0, f"{client}: {command}\n{ran.stdout[-3000:]}{ran.stderr[-3000:]}"
+        tags[client] = [f"pdb-{tag}-"]
+    return tags
+
+
+def third_party_multi_turn_turns_pulled(lines: list[dict], clients: dict[str, list[str]]) -> None:
+    """AIPerf's conversations named by its X-Correlation-ID, GuideLLM's by nothing: every
+    turn after the first pulled in pull, matched by that header or by its prefix; vllm bench
+    serve's single turns answered."""
+    from jobs.serving.client_commands import CONVERSATIONS, TURNS
+
+    def of(client: str) -> list[dict]:
+        (tag,) = clients[client]
+        return [x for x in lines if x["request_id"].startswith(tag)]
+
+    later_turns = CONVERSATIONS * (TURNS - 1)
+    for client, how in (("AIPerf", "header"), ("GuideLLM", "prefix")):
+        turns = of(client)
+        assert len(turns) == CONVERSATIONS * TURNS and {x["status"] for x in turns} == {200}
+        later = [x for x in turns if x["turn"] >= 2]
+        pulled = [x for x in later if x["path"] == "pull"]
+        assert {x["matched"] for x in later} == {how} and all(x["offered_tokens"] for x in pulled)
+        # Both clients resend the answers as text. The random model now and then emits a
+        # special token, which the text drops: that history no longer begins with the ids D
+        # holds. Named by AIPerf's header, such a turn is recomputed (recompute_diverged),
+        # parting from D's tokens inside the resent answer; found by nothing (GuideLLM) it
+        # extends no conversation and is a first turn. Never pulled onto other tokens.
+        first = {(x["session"], x["turn"]): x for x in turns}
+        for x in later:
+            if x["path"] != "pull":
+                assert x["path"] == "recompute_diverged", x
+                earlier = first[(x["session"], x["turn"] - 1)]
+                assert earlier["prompt_tokens"] <= x["diverged_at"] < x["prompt_tokens"], x
+        if how == "header":
+            assert len(later) == later_turns, sorted(x["turn"] for x in turns)
+        assert len(pulled) >= 0.75 * later_turns, sorted((x["turn"], x["path"]) for x in turns)
+    bench = of("vllm bench serve")
+    assert len(bench) == 16 and {x["status"] for x in bench} == {200}
 
 
 def replay_recorded_session(tmp_path: Path, log: Path) -> None:

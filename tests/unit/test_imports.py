@@ -43,6 +43,7 @@ PLUGIN = {
     "connector.plugin.engine_idle",
     "connector.plugin.engine_start",
     "connector.plugin.kv_params_service",
+    "connector.plugin.no_lease",
 }
 CONNECTOR_SHARED = {
     "connector.layout",

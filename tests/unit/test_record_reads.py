@@ -54,6 +54,7 @@ NOT_RECORDS: dict[str, dict[str, str]] = {
     "analysis/questions/registry.py": {w: MANIFEST for w in ("name", "workload", "kind")},
     "analysis/output/tables.py": {w: MANIFEST for w in ("job_id", "name")},
     "analysis/whatif.py": {w: "the --what-if arguments" for w in ("model", "deployment")},
+    "jobs/serving/client_commands.py": {"model": "the model section of a tokenizer.json"},
     "pdbench/driver/serve.py": {
         **{w: "serve/<deployment>.json, the serve record" for w in ("started_at", "deployment")},
         "model": "serve/<deployment>.json, the serve record",

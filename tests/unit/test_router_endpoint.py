@@ -17,6 +17,7 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 
+from connector.plugin.no_lease import NO_LEASE_KEY
 from jobs.serving import openai_api
 from jobs.serving.router import Router, RouterConfig
 
@@ -51,6 +52,7 @@ class Upstreams:
         self.p_status, self.p_delay_s = p_status, p_delay_s
         self.p_closed = asyncio.Event()
         self.p_requests = 0
+        self.d_params: list[dict] = []  # the kv_transfer_params of each request D got
 
     async def prefill(self, request):
         self.p_requests += 1
@@ -65,8 +67,13 @@ class Upstreams:
             raise
         return web.json_response({**completion("x"), "kv_transfer_params": D_PARAMS})
 
+    async def tokenize(self, request):  # a chat prompt, as D's /tokenize gives it
+        await request.read()
+        return web.json_response({"tokens": [5, 6, 7]})
+
     async def decode(self, request):
         body = json.loads(await request.read())
+        self.d_params.append(body.get("kv_transfer_params") or {})
         if not body.get("stream"):
             return web.json_response(completion())
         response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
@@ -77,15 +84,21 @@ class Upstreams:
         # vLLM 0.33: D's params on the final chunk; written in two pieces, as a socket may
         final = b"data: " + json.dumps({**last, "kv_transfer_params": D_PARAMS}).encode()
         await response.write(final[:30])
-        await response.write(final[30:] + b"\n\n" + DONE)
+        usage = b""
+        if (body.get("stream_options") or {}).get("include_usage"):
+            # 3 tokens in 2 chunks: vLLM sends no chunk for a token with no text
+            counted = {"choices": [], "usage": {"prompt_tokens": 3, "completion_tokens": 3}}
+            usage = b"data: " + json.dumps(counted).encode() + b"\n\n"
+        await response.write(final[30:] + b"\n\n" + usage + DONE)
         await response.write_eof()
         return response
 
 
-async def serve(tmp_path, upstreams: Upstreams, exchange):
+async def serve(tmp_path, upstreams: Upstreams, exchange, **settings):
     p_app, d_app = web.Application(), web.Application()
     p_app.router.add_post("/v1/completions", upstreams.prefill)
     d_app.router.add_post("/v1/completions", upstreams.decode)
+    d_app.router.add_post("/tokenize", upstreams.tokenize)
     # P's server cancels a handler whose client left, as vLLM's aborts the request
     async with TestServer(p_app, handler_cancellation=True) as p, TestServer(d_app) as d:
         config = RouterConfig(
@@ -104,6 +117,8 @@ async def serve(tmp_path, upstreams: Upstreams, exchange):
             model="m",
             max_model_len=64,
         )
+        for name, value in settings.items():
+            setattr(config, name, value)
         router = Router(config)
         # as web.run_app serves it: a handler whose client left is not cancelled (the router
         # watches its client during P's prefill itself); aiohttp's TestServer would cancel it
@@ -119,8 +134,10 @@ async def serve(tmp_path, upstreams: Upstreams, exchange):
             await runner.cleanup()
 
 
-def run(tmp_path, upstreams, exchange, timeout_s: float = 30):
-    return asyncio.run(asyncio.wait_for(serve(tmp_path, upstreams, exchange), timeout_s))
+def run(tmp_path, upstreams, exchange, timeout_s: float = 30, **settings):
+    return asyncio.run(
+        asyncio.wait_for(serve(tmp_path, upstreams, exchange, **settings), timeout_s)
+    )
 
 
 def log_lines(tmp_path) -> list[dict]:
@@ -145,6 +162,35 @@ def test_no_kv_params_reach_the_client_streamed_or_not(tmp_path):
     events = [e for e in streamed.split(b"\n\n") if e]
     texts = [json.loads(e[6:])["choices"][0]["text"] for e in events if e != DONE.strip()]
     assert texts == ["a", "b"] and events[-1] == DONE.strip()
+
+
+@pytest.mark.parametrize(
+    ("flow", "header", "match_prefix", "leased"),
+    [
+        ("pull", True, True, True),  # a named conversation: its next turn pulls
+        ("pull", False, True, True),  # anonymous, but a next turn may extend it (prefix)
+        ("pull", False, False, False),  # anonymous, nothing can recognise a next turn
+        ("recompute", True, True, False),  # nothing is ever pulled in recompute
+        ("decode_first", False, False, False),
+    ],
+)
+def test_d_keeps_blocks_only_for_a_turn_that_can_be_continued(
+    tmp_path, flow, header, match_prefix, leased
+):
+    """A turn nobody can continue goes to D marked so that D frees its blocks at once
+    (connector.plugin.no_lease): single-turn load leaves no dead leases on D."""
+    headers = {"X-Session-ID": "c1"} if header else {}
+
+    async def exchange(client, url):
+        async with client.post(f"{url}/v1/completions", json=BODY, headers=headers) as r:
+            return r.status
+
+    upstreams = Upstreams()
+    _, status = run(
+        tmp_path, upstreams, exchange, flow=flow, match_prefix=match_prefix, params_wait_s=0.1
+    )
+    (d_params,) = upstreams.d_params
+    assert status == 200 and d_params.get(NO_LEASE_KEY, False) is (not leased)
 
 
 def test_wrong_requests_get_vllms_codes_before_p_works_and_are_logged(tmp_path):
@@ -322,3 +368,27 @@ def test_with_a_key_every_endpoint_but_health_wants_it(tmp_path, monkeypatch):
     assert got[("Bearer s3cret", "/pdbench/stats")][0] == 200
     assert got[("Bearer s3cret", "/pdbench/flow")][0] == 200
     assert got[("Bearer s3cret", "/metrics")][0] == 200
+
+
+@pytest.mark.parametrize("api", ["completions", "chat"])
+@pytest.mark.parametrize("asked", [False, True])
+def test_a_streamed_answers_length_comes_from_ds_usage_shown_only_if_asked(tmp_path, api, asked):
+    """The log's output_tokens of a stream is D's usage count (its chunks undercount it);
+    a client that asked no usage event gets none."""
+    body = {**BODY, "stream": True}
+    if api == "chat":
+        body = {"model": "m", "messages": [{"role": "user", "content": "x"}], "stream": True}
+    if asked:
+        body["stream_options"] = {"include_usage": True}
+    path = "/v1/completions" if api == "completions" else "/v1/chat/completions"
+
+    async def exchange(client, url):
+        async with client.post(f"{url}{path}", json=body) as r:
+            return await r.read()
+
+    _, streamed = run(tmp_path, Upstreams(), exchange)
+    events = [json.loads(e[6:]) for e in streamed.split(b"\n\n") if e and e != DONE.strip()]
+    usage = [e for e in events if "usage" in e]
+    assert len(usage) == (1 if asked else 0)
+    (line,) = log_lines(tmp_path)
+    assert line["output_tokens"] == 3 and line["status"] == 200

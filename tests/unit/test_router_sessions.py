@@ -103,3 +103,19 @@ def test_recognition_forgets_what_pruning_forgets_and_follows_what_d_holds_now()
     assert table.recognise([7, *start, 1]) == ""
     held_conversation(table, "", start + [1])  # a request standing alone is never indexed
     assert table.recognise(start + [1, 2]) == ""
+
+
+def test_a_next_turn_sent_before_the_last_one_settled_waits_for_it():
+    """A client that sends turn 2 the moment turn 1's answer ended (GuideLLM) comes before the
+    router knows what D holds: it waits for turn 1's event, not a conversation of its own."""
+    table = Conversations(idle_s=10.0)
+    first = list(range(PREFIX_KEY_TOKENS + 4))
+    state = table.get("prefix-a", now=0.0)
+    state.settled, state.asking = asyncio.Event(), first
+    other = table.get("prefix-b", now=0.0)
+    other.settled, other.asking = asyncio.Event(), first[:-1]  # shorter: the weaker match
+    assert table.in_flight_before([*first, 50, 51]) is state.settled
+    assert table.in_flight_before(first) is other.settled  # extends b's prompt only
+    assert table.in_flight_before([99, *first]) is None  # extends none
+    state.settled = other.settled = None  # settled: nothing to wait for
+    assert table.in_flight_before([*first, 50]) is None
