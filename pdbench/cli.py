@@ -37,6 +37,7 @@ from pdbench.config.schema import Command, ExecutorKind, RunConfig, register_con
 from pdbench.config.unread import unread_settings
 from pdbench.driver.launch import Ended, Launched, finish_sweep, launch
 from pdbench.driver.preflight import run_preflight_alone
+from pdbench.driver.progress import DEBUG_ENV
 from pdbench.driver.report_table import print_run_table
 from pdbench.driver.run_dir import RunDir
 from pdbench.driver.serve import serve, serve_problem
@@ -45,6 +46,7 @@ from pdbench.driver.status import print_status, stop_leftovers
 from pdbench.driver.transfer_bench import run_transfer_bench
 from pdbench.plan.deployments import make_plan
 from pdbench.plan.sweep import Composition, Launch, fold, launch_line, plan_sweep, table
+from pdbench.results.disk import write_problem
 from pdbench.results.manifest import LaunchOrigin
 from pdbench.validate.rules import ConfigError, validate, warnings
 
@@ -400,7 +402,6 @@ def dispatch(
 
 
 DEBUG_FLAG = "--debug"
-DEBUG_ENV = "PDBENCH_DEBUG"
 USAGE_EXIT = 2
 
 
@@ -465,6 +466,11 @@ def run_jobs(jobs: Jobs, origin: LaunchOrigin, multirun: bool, debug: bool) -> N
                 dispatch(planned.cfg, origin, sweep, planned)
             except ConfigError as err:
                 _fail(err, debug)
+            except OSError as err:  # the run dir refused a write before the jobs started
+                line = write_problem(err, planned.cfg.dir)
+                if line is None:
+                    raise
+                _fail(UsageError(line), debug)
     except SystemExit:
         if sweep:  # a later job failed: say what still runs
             for run_dir in dict.fromkeys(launched.run_dir.store.root for launched in sweep):
@@ -481,6 +487,8 @@ def run_jobs(jobs: Jobs, origin: LaunchOrigin, multirun: bool, debug: bool) -> N
 def main(argv: list[str]) -> None:
     """``python -m pdbench ARGV`` (but ``--help``: ``pdbench.help``)."""
     debug = _debug(argv)
+    if debug:  # what the driver's deeper parts read (a job's failure shown whole)
+        os.environ[DEBUG_ENV] = "1"
     argv = [a for a in argv if a != DEBUG_FLAG]
     inv = parse_argv(argv)
     jobs = Jobs()

@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import signal
 import time
+import traceback
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -21,6 +22,7 @@ from pdbench.config.schema import TrackingConfig
 from pdbench.plan.crossover_search import SearchPlan
 from pdbench.plan.deployments import Deployment
 from pdbench.plan.points import Point
+from pdbench.results.disk import RunFailure, write_problem
 from pdbench.spec.launch import DeploymentSpec
 
 
@@ -52,7 +54,14 @@ class DeploymentJob:
         self.running = task.DeploymentTask(
             self.deployment, self.points, self.spec, self.tracking, self.run_config, self.search
         )
-        return self.running()
+        try:
+            return self.running()
+        except OSError as err:  # a write the disk refused: one line for the driver
+            line = write_problem(err, self.spec.run_dir)
+            if line is None:
+                raise
+            traceback.print_exc()  # the whole of it stays in this job's log
+            raise RunFailure(line) from None
 
     def checkpoint(self, *args, **kwargs) -> submitit.helpers.DelayedSubmission | None:
         """What submitit pickles at USR2 (time limit near, or a preemption notice) before it

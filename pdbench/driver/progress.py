@@ -6,6 +6,7 @@ position."""
 
 from __future__ import annotations
 
+import os
 import shutil
 import signal
 import subprocess
@@ -16,6 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from submitit.slurm.slurm import SlurmJob
+
+from pdbench.results.disk import FAILURE, full_disk
 
 QUEUE_POLL_S = 10.0  # how often squeue is asked about a SLURM job
 QUEUE_REPEAT_S = 60.0  # an unchanged queue line is printed again after this long
@@ -40,6 +43,9 @@ def _log_files(job) -> list[Path]:
     return sorted(stdout.parent.glob(f"{job.job_id}_*_log.out")) or [stdout]
 
 
+DEBUG_ENV = "PDBENCH_DEBUG"  # tracebacks on errors (the CLI's --debug sets it)
+
+
 @dataclass(frozen=True)
 class JobOutcome:
     """How a followed job ended: task 0's result, or why the job failed."""
@@ -59,12 +65,36 @@ def outcome(job) -> JobOutcome:
         results = job.results()
         return JobOutcome(str(job.job_id), result=results[0] if results else None)
     except Exception as exc:  # the job failed: say where to look
+        # the job's own line, or a full disk that left it none (no log, no result)
+        said = failure_line(str(exc)) or full_disk(job.paths.folder, run_dir_of(job))
+        shown = said if said and not debugging() else f"{type(exc).__name__}: {exc}"
         print(
-            f"[pdbench] job {job.job_id} failed: {type(exc).__name__}: {exc}\n"
+            f"[pdbench] job {job.job_id} failed: {shown}\n"
             f"  logs: {job.paths.stdout} {job.paths.stderr}",
             flush=True,
         )
-        return JobOutcome(str(job.job_id), error=f"{type(exc).__name__}: {exc}")
+        return JobOutcome(str(job.job_id), error=said or f"{type(exc).__name__}: {exc}")
+
+
+def run_dir_of(job) -> str:
+    """The run dir of a job pdbench submitted (its submitit folder is ``<run dir>/submitit``)."""
+    folder = Path(job.paths.folder)
+    return str(folder.parent) if folder.name == "submitit" else ""
+
+
+def failure_line(trace: str) -> str:
+    """The job's own one-line failure (``pdbench.results.disk.RunFailure``) in submitit's
+    text of the job's traceback; "" when it failed otherwise."""
+    for line in reversed(trace.splitlines()):
+        _, sep, message = line.partition(f"{FAILURE}: ")
+        if sep and message.strip():
+            return message.strip()
+    return ""
+
+
+def debugging() -> bool:
+    """``--debug`` or ``PDBENCH_DEBUG=1`` (the CLI sets the variable for the flag)."""
+    return os.environ.get(DEBUG_ENV, "") not in ("", "0")
 
 
 def _ordinal(n: int) -> str:

@@ -7,6 +7,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -227,3 +228,17 @@ def smoke_run(smoke_dry_and_real) -> tuple[Path, subprocess.CompletedProcess]:
     """The smoke run and its process."""
     run_dir, _, real = smoke_dry_and_real
     return run_dir, real
+
+
+def wait_for_line(proc: subprocess.Popen, needle: str, timeout_s: float) -> list[str]:
+    """pdbench's output lines up to the first holding ``needle``."""
+    seen: list[str] = []
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        line = proc.stdout.readline()
+        if not line and proc.poll() is not None:
+            pytest.fail(f"pdbench ended before '{needle}':\n{''.join(seen)[-3000:]}")
+        seen.append(line)
+        if needle in line:
+            return seen
+    pytest.fail(f"no '{needle}' within {timeout_s} s:\n{''.join(seen)[-3000:]}")

@@ -24,6 +24,7 @@ from tests.e2e.conftest import (
     processes_under,
     run_pdbench,
     server_pids,
+    wait_for_line,
 )
 
 pytestmark = pytest.mark.e2e
@@ -348,3 +349,50 @@ def test_on_failure_policy_decides_whether_later_deployments_start(tmp_path, pol
     else:
         assert started == {0, 1024}, started
     assert server_pids(run_dir) == []
+
+
+@pytest.fixture
+def own_disk(tmp_path: Path) -> Iterator[Path]:
+    """A small file system of its own (tmpfs: root, as the local SLURM cluster needs too)."""
+    mount = tmp_path / "disk"
+    mount.mkdir()
+    made = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=16m", "tmpfs", str(mount)],
+        capture_output=True,
+        text=True,
+    )
+    if made.returncode != 0:
+        pytest.skip(f"no tmpfs can be mounted here: {made.stderr.strip()}")
+    try:
+        yield mount
+    finally:
+        subprocess.run(["umount", "-l", str(mount)], capture_output=True)
+
+
+def test_a_disk_that_fills_mid_run_is_one_line_and_the_records_stay_whole(own_disk: Path):
+    """The run dir's disk fills while the second Point runs: the run ends with one pdbench
+    line (the file, the space left, the fix; no traceback), every record written is whole,
+    no server is left, and the rerun resumes once there is room."""
+    run_dir = own_disk / "run"
+    proc = start_pdbench([*SMALL, f"dir={run_dir}"])
+    try:
+        seen = wait_for_line(proc, "point [2/3]", 900)
+        filler = own_disk / "filler"
+        subprocess.run(["dd", "if=/dev/zero", f"of={filler}", "bs=64k"], capture_output=True)
+        out, _ = proc.communicate(timeout=600)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    out = "".join(seen) + out
+    assert proc.returncode == 1, out[-3000:]
+    (line,) = [x for x in out.splitlines() if x.startswith("[pdbench] job ") and " failed: " in x]
+    assert "no space left on the device" in line and str(run_dir) in line, line
+    assert "free of 16.0 MiB" in line and "rerun with dir=" in line, line
+    assert "Traceback" not in out
+    for record in (run_dir / "points").glob("*.json"):
+        json.loads(record.read_text())  # whole: atomic writes
+    assert len(ok_ids(run_dir)) >= 1 and server_pids(run_dir) == []
+    filler.unlink()  # room again: the rerun measures only what is missing
+    rerun = run_pdbench([*SMALL, f"dir={run_dir}"], 900)
+    assert rerun.returncode == 0, rerun.stdout[-3000:]
+    assert "recorded ok are skipped" in rerun.stdout and len(ok_ids(run_dir)) == 3

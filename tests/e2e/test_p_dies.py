@@ -18,7 +18,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
 import time
 import urllib.request
 from pathlib import Path
@@ -26,7 +25,7 @@ from pathlib import Path
 import pytest
 
 from jobs.measure import metrics
-from tests.e2e.conftest import NO_PREFLIGHT, load_points, server_pids
+from tests.e2e.conftest import NO_PREFLIGHT, load_points, server_pids, wait_for_line
 from tests.e2e.test_faults import server_on_port, start_pdbench
 
 pytestmark = pytest.mark.e2e
@@ -58,19 +57,6 @@ ARGS = [
 def scrape(port: int) -> dict[str, float]:
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as resp:
         return metrics.parse_prometheus(resp.read().decode())
-
-
-def wait_for_line(proc: subprocess.Popen, needle: str, timeout_s: float) -> list[str]:
-    seen: list[str] = []
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        line = proc.stdout.readline()
-        if not line and proc.poll() is not None:
-            pytest.fail(f"pdbench ended before '{needle}':\n{''.join(seen)[-3000:]}")
-        seen.append(line)
-        if needle in line:
-            return seen
-    pytest.fail(f"no '{needle}' within {timeout_s} s:\n{''.join(seen)[-3000:]}")
 
 
 def wait_until_turn_1_left_p(conversations: int, timeout_s: float = 120) -> dict[str, float]:
