@@ -7,7 +7,7 @@ For crossovers planted at 20, 120, 2,000 and 20,000 tokens it runs, over many se
 - the search (``pdbench.plan.crossover_search``, default settings, usable range 0-100,000
   tokens), to its end;
 - the former preset's grid (9 lengths 0-4,096 x 15 repetitions, 270 Points) read by the
-  same local estimator;
+  same reading (the analysis's curve and verdict on the blocks: ``jobs.run.search_judge``);
 
 and prints, for each, how often the 95% interval holds the planted crossover, the median
 Points measured and the median interval width relative to the crossover; where the grid
@@ -30,7 +30,7 @@ from pathlib import Path
 
 from pdbench.config.schema import SearchConfig
 from pdbench.plan import crossover_search as cs
-from testbed.crossover_sim import MAX_TOKENS, measure, planted, search
+from testbed.crossover_sim import MAX_TOKENS, judged, measure, planted, search
 
 CASES = ((20, 3.3e-4), (120, 3.3e-4), (2_000, 2e-5), (20_000, 2e-5))
 GRID = (0, 32, 64, 128, 256, 512, 1024, 2048, 4096)
@@ -38,12 +38,13 @@ GRID_REPETITIONS = 15
 
 
 def grid_estimate(crossover: int, c1_s: float, seed: int) -> cs.LoadEstimate:
-    """The former grid's blocks, judged by the search's estimator."""
+    """The former grid's blocks, read as the search reads its own."""
     dep, rng = planted(crossover, c1_s), random.Random(seed)
     plan = cs.search_plan(SearchConfig(), MAX_TOKENS, [1], 2)
     blocks = [cs.Block(h, 1, r) for h in GRID for r in range(GRID_REPETITIONS)]
     seen = [measure(dep, b, rng) for b in blocks]
-    return cs.estimate_load(1, seen, plan)
+    (estimate,) = judged(plan, seen)
+    return estimate
 
 
 def summarize(estimates: list[cs.LoadEstimate], points: list[int], truth: int) -> dict:

@@ -1,11 +1,14 @@
 """The crossover search run against a planted crossover: a synthetic deployment whose exact
 crossover is known, measured with realistic noise and stalls (``measure``), searched to the
-end (``search``). The unit tests and ``benchmarks/crossover_search.py`` share it."""
+end (``search``), each round steered by the analysis's reading of the blocks so far
+(``jobs.run.search_judge.reading_of_observations``). The unit tests and
+``benchmarks/crossover_search.py`` share it."""
 
 from __future__ import annotations
 
 import random
 
+from jobs.run.search_judge import estimates, reading_of_observations
 from pdbench.config.schema import SearchConfig
 from pdbench.plan import crossover_search as cs
 from testbed.synthetic import SyntheticDeployment
@@ -46,8 +49,16 @@ def search(dep: SyntheticDeployment, seed: int, settings: SearchConfig | None = 
         for block in blocks:
             seen.append(measure(dep, block, rng))
             taken.append(block)
-        step = cs.next_round(plan, seen, taken, 0.0, index)
+        step = cs.next_round(plan, judged(plan, seen), taken, 0.0, index)
         if step.done:
             return step, 2 * len(taken)
         blocks = step.blocks
     raise AssertionError("the search never ended")
+
+
+def judged(plan: cs.SearchPlan, seen: list[cs.Observation]) -> list[cs.LoadEstimate]:
+    """Where each load stands by the analysis's reading of its blocks."""
+    readings = {
+        load: reading_of_observations([o for o in seen if o.load == load]) for load in plan.loads
+    }
+    return estimates(plan, readings, seen)

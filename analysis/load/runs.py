@@ -473,6 +473,14 @@ def records_to_run_data(
     written (JSON objects), read back as from files (the calibration test analyses hundreds
     of synthetic runs without writing them)."""
     typed = [(read.point(p), [read.request(r) for r in recs]) for p, recs in items]
+    return typed_run_data(typed, run_dir)
+
+
+def typed_run_data(
+    typed: list[tuple[PointResult, list[RequestRecord]]], run_dir: str = "(memory)"
+) -> RunData:
+    """A ``RunData`` from typed records (a crossover search reads its own Points so far:
+    ``jobs.run.search_judge``); no traces, bench records or manifests."""
     points, turns, requests = [point_row(run_dir, p) for p, _ in typed], [], []
     shape_kinds(points)
     deployments: dict[str, dict[str, Any]] = {}

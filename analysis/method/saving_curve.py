@@ -130,13 +130,17 @@ class SavingCurve:
         return out
 
 
-def band_grid(lo: float, hi: float, points: int = GRID) -> np.ndarray:
+def band_grid(lo: float, hi: float, points: int = GRID, floor: float | None = None) -> np.ndarray:
     """``points`` even steps over ``lo .. hi``, and ``points`` log-spaced ones where it spans
-    more than two decades (``hi > SPAN x lo``; narrower ranges: even steps alone, as always)."""
+    more than two decades (``hi > SPAN x lo``; narrower ranges: even steps alone, as always).
+    A range from 0 (a search's first length: no history) is log-spaced from ``floor``, the
+    shortest positive length measured: even steps of a 0-100,000 range are 417 tokens wide,
+    and a crossover at 20 tokens would get an interval of [0, 417] whatever the data."""
     even = np.linspace(lo, hi, points)
-    if lo <= 0 or hi <= SPAN * lo:
+    start = lo if lo > 0 else floor
+    if start is None or start <= 0 or hi <= SPAN * start:
         return even
-    return np.union1d(even, np.geomspace(lo, hi, points))
+    return np.union1d(even, np.geomspace(start, hi, points))
 
 
 def fit_curve(
@@ -168,7 +172,9 @@ def fit_curve(
         a_inv = np.linalg.inv(a)
     except np.linalg.LinAlgError:
         return None
-    grid = band_grid(float(x.min()), float(x.max()), grid_points)
+    positive = x[x > 0]
+    floor = float(positive.min()) if len(positive) else None
+    grid = band_grid(float(x.min()), float(x.max()), grid_points, floor)
     g = np.column_stack([(grid / scale) ** k for k in range(degree + 1)])
     per_cluster = np.zeros((len(strata), degree + 1))
     np.add.at(per_cluster, cluster, design * (w * y)[:, None])

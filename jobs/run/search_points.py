@@ -1,5 +1,6 @@
 """Task 0's Points for a crossover search: the first pass as planned, then the rounds
-``pdbench.plan.crossover_search`` chooses from the paired savings measured so far.
+``pdbench.plan.crossover_search`` chooses by the analysis's reading of the records so far
+(``jobs.run.search_judge``).
 
 Each round's blocks become ordinary Points (``make_point``: the same ids a grid would give),
 in a seeded randomized-block order; a Point recorded ok (an earlier attempt) is not measured
@@ -14,7 +15,14 @@ from collections import defaultdict
 
 from jobs.run.next_points import PlannedPoints
 from jobs.run.servers import say
-from pdbench.plan.crossover_search import Block, Observation, Round, SearchPlan, next_round
+from pdbench.plan.crossover_search import (
+    Block,
+    LoadEstimate,
+    Observation,
+    Round,
+    SearchPlan,
+    next_round,
+)
 from pdbench.plan.deployments import Deployment
 from pdbench.plan.points import Point, make_point, randomized_blocks, shape_workload
 from pdbench.results.store import RunStore, write_json_atomic
@@ -101,12 +109,23 @@ class SearchPoints:
         mine = self.dep.deployment_id
         return [r for r in self.store.iter_points() if r.deployment_view.deployment_id == mine]
 
+    def standing(self, records: list[PointResult]) -> list[LoadEstimate]:
+        """Where each load stands: the analysis's reading of these records (its request
+        records read from the store), steered by (``jobs.run.search_judge``)."""
+        from jobs.run import search_judge  # lazy: the analysis (pandas), for searches only
+
+        with_requests = [
+            (r, self.store.read_requests(r.point_id)) for r in records if r.status == PointStatus.ok
+        ]
+        readings = search_judge.readings_of_records(with_requests, self.dep.deployment_id)
+        return search_judge.estimates(self.plan, readings, observations(records, self.pull_flow))
+
     def _next_round(self) -> Round:
         records = self._records()
         spent = sum(max(r.finished_at - r.started_at, 0) for r in records)
         step = next_round(
             self.plan,
-            observations(records, self.pull_flow),
+            self.standing(records),
             {block_of(r) for r in records},
             spent,
             len(self.rounds) + 1,

@@ -22,7 +22,7 @@ from pdbench.plan import crossover_search as cs
 from pdbench.plan.deployments import make_plan
 from pdbench.results.store import RunStore
 from records.point import PointResult, PointStatus, TurnRow
-from testbed.crossover_sim import MAX_TOKENS, measure, planted, search
+from testbed.crossover_sim import MAX_TOKENS, judged, measure, planted, search
 
 pytestmark = pytest.mark.unit
 
@@ -71,7 +71,7 @@ def test_a_budget_ends_the_search_and_says_so():
     plan = cs.search_plan(settings, MAX_TOKENS, [1], 2)
     rng, dep = random.Random(0), planted(2_000)
     seen = [measure(dep, b, rng) for b in plan.first_pass()]
-    step = cs.next_round(plan, seen, plan.first_pass(), 61.0, 1)
+    step = cs.next_round(plan, judged(plan, seen), plan.first_pass(), 61.0, 1)
     assert step.done and step.blocks == [] and "budget" in step.why
 
 
@@ -79,10 +79,14 @@ def test_the_same_observations_give_the_same_round():
     plan = cs.search_plan(SearchConfig(), MAX_TOKENS, [1, 4], 2)
     rng, dep = random.Random(5), planted(2_000)
     seen = [measure(dep, b, rng) for b in plan.first_pass()]
-    one = cs.next_round(plan, seen, plan.first_pass(), 0.0, 1)
-    two = cs.next_round(plan, list(reversed(seen)), reversed(plan.first_pass()), 0.0, 1)
+    one = cs.next_round(plan, judged(plan, seen), plan.first_pass(), 0.0, 1)
+    two = cs.next_round(
+        plan, judged(plan, list(reversed(seen))), reversed(plan.first_pass()), 0.0, 1
+    )
     assert one == two and one.blocks
-    assert {b.load for b in one.blocks} == {1, 4}  # each load searched on its own
+    # each load read and searched on its own: blocks only where its own reading is not done
+    assert [e.load for e in one.estimates] == [1, 4] and one.estimates[0] != one.estimates[1]
+    assert {b.load for b in one.blocks} == {e.load for e in one.estimates if not e.done}
     # new repetitions never reuse one already measured
     assert not set(one.blocks) & set(plan.first_pass())
 
