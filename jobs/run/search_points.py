@@ -13,6 +13,7 @@ from __future__ import annotations
 import time
 from collections import defaultdict
 
+from jobs.run import search_judge
 from jobs.run.next_points import PlannedPoints
 from jobs.run.servers import say
 from pdbench.plan.crossover_search import (
@@ -112,8 +113,6 @@ class SearchPoints:
     def standing(self, records: list[PointResult]) -> list[LoadEstimate]:
         """Where each load stands: the analysis's reading of these records (its request
         records read from the store), steered by (``jobs.run.search_judge``)."""
-        from jobs.run import search_judge  # lazy: the analysis (pandas), for searches only
-
         with_requests = [
             (r, self.store.read_requests(r.point_id)) for r in records if r.status == PointStatus.ok
         ]
