@@ -27,8 +27,11 @@ prompt_tokens  tokens in the prompt; ``computed_tokens``: those computed here
 Worker side (``StepTimer``, each worker): for every step the scheduler marked (one that
 completes a prompt), one line to ``$PDBENCH_TIMING_DIR/worker<rank>-<pid>.jsonl``:
 ``step``, ``forward_start_s`` (the step's metadata bound, before the forward) and
-``forward_end_s`` (``wait_for_save``: the forward is done). The first token of a request is
-computed by the forward of its ``step``; sampling and the answer's way out come after.
+``forward_end_s`` (``wait_for_save``: the forward is done), each where the device got there
+(``connector.plugin.device_clock``: on CUDA ``wait_for_save`` runs once the forward is only
+launched; a CUDA event marks it and the line is written when the GPU has passed it). The
+first token of a request is computed by the forward of its ``step``; sampling and the
+answer's way out come after.
 """
 
 from __future__ import annotations
@@ -42,6 +45,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from connector.plugin.device_clock import device_clock
 from connector.plugin.transfer_trace import JsonLines
 from connector.process_env import TIMING_DIR_ENV
 
@@ -128,22 +132,27 @@ class RequestTimer:
 
 
 class StepTimer:
-    """Worker-side timing of the steps the scheduler marked."""
+    """Worker-side timing of the steps the scheduler marked: where the device reached the
+    step's start and its end (``connector.plugin.device_clock``: on CUDA the forward is only
+    launched when ``wait_for_save`` runs; its line is written once the GPU has done it)."""
 
-    def __init__(self, write: Callable[[dict[str, Any]], None], clock=time.time) -> None:
+    def __init__(self, write: Callable[[dict[str, Any]], None], clock: Any = None) -> None:
         self.write = write
-        self.clock = clock
-        self.current: tuple[int, float] | None = None
+        self.clock = clock if clock is not None else device_clock()
+        self.current: tuple[int, Any] | None = None
 
     def bound(self, metadata: Any) -> None:
         step = getattr(metadata, STEP_ATTRIBUTE, None)
-        self.current = (int(step), self.clock()) if step is not None else None
+        self.current = (int(step), self.clock.mark()) if step is not None else None
 
     def saved(self) -> None:
         if self.current is not None:
             step, start = self.current
             self.current = None
-            self.write({"step": step, "forward_start_s": start, "forward_end_s": self.clock()})
+            self.clock.when_done([start, self.clock.mark()], lambda at: self._line(step, at))
+
+    def _line(self, step: int, at: list[float]) -> None:
+        self.write({"step": step, "forward_start_s": at[0], "forward_end_s": at[1]})
 
 
 def timing_dir(environ=None) -> str:

@@ -4,6 +4,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from connector.plugin.device_clock import HostClock
 from connector.plugin.request_timing import (
     STEP_ATTRIBUTE,
     RequestTimer,
@@ -75,7 +76,7 @@ def test_request_timer_writes_one_line_when_the_last_prompt_token_is_scheduled()
 
 def test_step_timer_times_only_marked_steps():
     lines, clock = [], Clock()
-    steps = StepTimer(lines.append, clock)
+    steps = StepTimer(lines.append, HostClock(clock))
     steps.bound(SimpleNamespace())
     steps.saved()
     assert lines == []
@@ -83,6 +84,40 @@ def test_step_timer_times_only_marked_steps():
     clock.t += 0.25
     steps.saved()
     assert lines == [{"step": 7, "forward_start_s": 1000.0, "forward_end_s": 1000.25}]
+
+
+class LaterDevice:
+    """A device that runs behind the host, as CUDA does: a mark is done when ``run`` says
+    so (the GPU reached it), and only then is its time known."""
+
+    asynchronous = True
+
+    def __init__(self) -> None:
+        self.marks, self.waiting = 0, []
+
+    def mark(self) -> int:
+        self.marks += 1
+        return self.marks
+
+    def when_done(self, marks, then) -> None:
+        self.waiting.append((marks, then))
+
+    def run(self, done_at: dict[int, float]) -> None:
+        for marks, then in self.waiting:
+            then([done_at[m] for m in marks])
+        self.waiting = []
+
+
+def test_a_step_on_an_asynchronous_device_is_timed_where_its_work_ends():
+    """wait_for_save runs once the forward is launched: the line waits for the device and
+    carries its times, not the launch's (the GPU tier checks CudaClock on a real GPU)."""
+    lines, device = [], LaterDevice()
+    steps = StepTimer(lines.append, device)
+    steps.bound(SimpleNamespace(**{STEP_ATTRIBUTE: 3}))
+    steps.saved()  # the forward was launched: nothing known yet
+    assert lines == []
+    device.run({1: 1000.002, 2: 1000.180})  # the GPU started it at .002, finished at .180
+    assert lines == [{"step": 3, "forward_start_s": 1000.002, "forward_end_s": 1000.180}]
 
 
 def test_router_spans_round_trip_through_the_header():
