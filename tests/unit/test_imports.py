@@ -44,6 +44,7 @@ PLUGIN = {
     "connector.plugin.engine_start",
     "connector.plugin.kv_params_service",
     "connector.plugin.no_lease",
+    "connector.plugin.device_clock",
 }
 CONNECTOR_SHARED = {
     "connector.layout",
