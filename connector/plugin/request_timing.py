@@ -234,6 +234,14 @@ class RequestTimingMixin:
             _guarded(lambda: timer.finished(request.request_id))
         return out
 
+    def request_finished_all_groups(self, request, block_ids):
+        """What vLLM's scheduler calls (0.32 and 0.33: ``request_finished`` is then never
+        called), so a request aborted before its first token leaves no entry behind."""
+        out = super().request_finished_all_groups(request, block_ids)
+        if (timer := self._timer()) is not None:
+            _guarded(lambda: timer.finished(request.request_id))
+        return out
+
     # ---- worker side ----
     def bind_connector_metadata(self, connector_metadata):
         super().bind_connector_metadata(connector_metadata)

@@ -256,3 +256,23 @@ def test_the_connector_marks_the_step_that_completes_a_prompt_and_skips_idle_one
     assert getattr(meta, STEP_ATTRIBUTE) == 3  # steps count from the first, idle ones included
     (line,) = (tmp_path / f"sched-{os.getpid()}.jsonl").read_text().splitlines()
     assert json.loads(line)["step"] == 3 and not conn._pdbench_timer.open
+
+
+def test_a_request_vllm_finishes_through_all_groups_leaves_no_open_entry():
+    """vLLM's scheduler finishes requests through ``request_finished_all_groups`` (0.32 and
+    0.33), never ``request_finished``: an abort before the first token must close it."""
+
+    class Connector:  # the part of vLLM's connector the mixin wraps
+        def request_finished_all_groups(self, request, block_ids):
+            return False, None
+
+    class Timed(RequestTimingMixin, Connector):
+        pass
+
+    timed, lines = Timed(), []
+    timed._pdbench_dir = "unused"
+    timed._pdbench_timer = RequestTimer(lines.append, Clock())
+    request = SimpleNamespace(request_id="r9", arrival_time=999.0, num_prompt_tokens=10)
+    timed._pdbench_timer.new_request(request)
+    assert timed.request_finished_all_groups(request, ([],)) == (False, None)
+    assert timed._pdbench_timer.open == {} and lines == []
