@@ -21,10 +21,13 @@ class XferOp(Enum):
 
 
 class MemoryKind(Enum):
-    """Where the KV buffers live: host memory, or GPU memory when CUDA is there."""
+    """Where the KV buffers live: host memory, or GPU memory when CUDA is there. ``auto``
+    (the default): GPU memory on a cluster with GPUs, host memory otherwise (the run config
+    decides: ``pdbench.spec.transfer_bench.bench_memory``)."""
 
     DRAM = "DRAM"
     VRAM = "VRAM"
+    auto = "auto"
 
 
 class BlockOrder(Enum):
@@ -52,7 +55,7 @@ class TransferBenchConfig:
     # UCX_TLS variants, each measured ("": UCX's own choice); a run config's default is its
     # transport's (conf/config.yaml: [${transport.ucx_tls}])
     ucx_tls: list[str] = field(default_factory=lambda: [""])
-    memory: MemoryKind = MemoryKind.DRAM
+    memory: MemoryKind = MemoryKind.auto
     block_order: BlockOrder = BlockOrder.scattered
     # NIXL's progress thread spins one core per agent (vLLM runs with it). Off, the initiator
     # drives its transfer by polling and the target progresses while waiting for messages.

@@ -248,6 +248,8 @@ def plan_bench(
     problems = bench_problems(bench, shape)
     if problems:
         raise ValueError("transfer bench config:\n  " + "\n  ".join(map(str, problems)))
+    if bench.memory is MemoryKind.auto:  # a run config resolves it (it knows the cluster)
+        bench = replace(bench, memory=MemoryKind.DRAM)
     splits = [TPSplit.parse(text) for text in bench.tp_splits]
     variants = list(dict.fromkeys(bench.ucx_tls))
     cases: list[BenchCase] = []

@@ -129,13 +129,21 @@ def visible_gpus(environ: Mapping[str, str] | None = None) -> tuple[int, ...]:
     return tuple(int(p) for p in parts)
 
 
-def make_executor(cluster: ClusterConfig, folder: Path, nodes: int, job_name: str, points: int = 0):
-    """A submitit executor for ``cluster`` whose jobs span ``nodes`` plan nodes and measure
-    at most ``points`` Points each (0: not Points, e.g. the transfer bench)."""
+def make_executor(
+    cluster: ClusterConfig,
+    folder: Path,
+    nodes: int,
+    job_name: str,
+    points: int = 0,
+    tasks_per_node: int = 1,
+):
+    """A submitit executor for ``cluster`` whose jobs span ``nodes`` plan nodes of
+    ``tasks_per_node`` tasks and measure at most ``points`` Points each (0: not Points, e.g.
+    the transfer bench)."""
 
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
-    params = executor_parameters(cluster, nodes, job_name, visible_gpus())
+    params = executor_parameters(cluster, nodes, job_name, visible_gpus(), tasks_per_node)
     executor: Any
     if cluster.executor is ExecutorKind.slurm:
         executor = SlurmExecutor(folder=folder, python=cluster.python or None)

@@ -66,11 +66,12 @@ def submit(
     work: list[tuple[str, Callable[[], Any]]],
     sbatch: str = "",
     points: int = 0,
+    tasks_per_node: int = 1,
 ) -> list[Submitted]:
     """Submit each ``(label, callable)`` as a job of ``nodes`` plan nodes (several: one array
     on SLURM). ``sbatch``: the script the launch spec holds, checked against what SLURM got;
     ``points``: the most Points one job measures (how many requeues it may need)."""
-    executor = make_executor(cluster, folder, nodes, job_name, points)
+    executor = make_executor(cluster, folder, nodes, job_name, points, tasks_per_node)
     with deaf_to_ctrl_c():  # a local job's controller and tasks; sbatch returns at once
         if len(work) == 1:
             jobs = [executor.submit(work[0][1])]

@@ -37,13 +37,16 @@ def env_exports(env: dict[str, str]) -> list[str]:
     return lines
 
 
-def slurm_parameters(cluster: ClusterConfig, nodes: int, job_name: str) -> dict[str, Any]:
-    """``submitit.SlurmExecutor.update_parameters`` keywords (its native, sbatch-like names)."""
+def slurm_parameters(
+    cluster: ClusterConfig, nodes: int, job_name: str, tasks_per_node: int = 1
+) -> dict[str, Any]:
+    """``submitit.SlurmExecutor.update_parameters`` keywords (its native, sbatch-like names);
+    one task per node but for the transfer bench over a link inside a node (two)."""
     params: dict[str, Any] = {
         "job_name": job_name,
         "time": cluster.time_limit_min,
         "nodes": nodes,
-        "ntasks_per_node": 1,
+        "ntasks_per_node": tasks_per_node,
         "signal_delay_s": signal_delay_s(cluster.time_limit_min, cluster.signal_delay_s),
         "array_parallelism": cluster.array_parallelism,
     }
@@ -83,7 +86,11 @@ def slurm_parameters(cluster: ClusterConfig, nodes: int, job_name: str) -> dict[
 
 
 def local_parameters(
-    cluster: ClusterConfig, nodes: int, job_name: str, visible_gpus: tuple[int, ...] = ()
+    cluster: ClusterConfig,
+    nodes: int,
+    job_name: str,
+    visible_gpus: tuple[int, ...] = (),
+    tasks_per_node: int = 1,
 ) -> dict[str, Any]:
     """``submitit.LocalExecutor.update_parameters`` keywords: N tasks on this machine.
 
@@ -93,7 +100,7 @@ def local_parameters(
     params: dict[str, Any] = {
         "name": job_name,
         "timeout_min": cluster.time_limit_min,
-        "tasks_per_node": nodes,
+        "tasks_per_node": nodes * tasks_per_node,
         "signal_delay_s": signal_delay_s(cluster.time_limit_min, cluster.signal_delay_s),
     }
     if cluster.gpus_per_node > 0:
@@ -113,17 +120,21 @@ def local_parameters(
 
 
 def executor_parameters(
-    cluster: ClusterConfig, nodes: int, job_name: str, visible_gpus: tuple[int, ...] = ()
+    cluster: ClusterConfig,
+    nodes: int,
+    job_name: str,
+    visible_gpus: tuple[int, ...] = (),
+    tasks_per_node: int = 1,
 ) -> dict[str, Any]:
     """The ``update_parameters`` keywords of ``make_executor``'s executor for ``nodes`` nodes
     (``visible_gpus``: the local executor's, ``local_parameters``)."""
     if nodes < 1:
         raise ValueError(f"a job needs at least one node, got nodes={nodes}")
     if cluster.executor is ExecutorKind.slurm:
-        return slurm_parameters(cluster, nodes, job_name)
+        return slurm_parameters(cluster, nodes, job_name, tasks_per_node)
     if cluster.executor is ExecutorKind.debug:
         return {"name": job_name, "timeout_min": cluster.time_limit_min}
-    return local_parameters(cluster, nodes, job_name, visible_gpus)
+    return local_parameters(cluster, nodes, job_name, visible_gpus, tasks_per_node)
 
 
 def submitit_command(folder: str | Path, python: str = "") -> str:
@@ -139,6 +150,7 @@ def sbatch_script(
     folder: str | Path,
     command: str | None = None,
     array_size: int = 1,
+    tasks_per_node: int = 1,
 ) -> str:
     """The sbatch file submitting a job of ``nodes`` nodes to ``cluster`` from ``folder``.
 
@@ -155,7 +167,7 @@ def sbatch_script(
     folder = Path(folder)
     if command is None:
         command = submitit_command(folder, cluster.python)
-    params = slurm_parameters(cluster, nodes, job_name)
+    params = slurm_parameters(cluster, nodes, job_name, tasks_per_node)
     if array_size > 1:
         params["map_count"] = array_size
     return make_sbatch_string(command=command, folder=folder, **params)

@@ -19,7 +19,7 @@ from connector.ucx import (
     parse_tls,
 )
 from pdbench.config.problems import ConfigProblem, Problems
-from pdbench.config.schema import ExecutorKind, RunConfig
+from pdbench.config.schema import Command, ExecutorKind, RunConfig
 from pdbench.validate.containers import check_containers
 from pdbench.validate.kv_path import KV_PATH_RULES
 from pdbench.validate.model_memory import fits, gpu_need, max_model_len_that_fits
@@ -126,8 +126,8 @@ def check_model_reachable(
     on the nodes. With the local executor ``check_model`` checks it.
     """
     m = cfg.model
-    if m.generate or not m.path:
-        return []
+    if m.generate or not m.path or cfg.command is Command.transfer_bench:
+        return []  # the transfer bench needs the model's shape only, never its weights
     if is_local_path(m.path):
         return _shared_model_dir(cfg)
     env = dict(os.environ if environ is None else environ)
