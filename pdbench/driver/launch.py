@@ -22,7 +22,7 @@ from pdbench.driver.run_dir import RunDir
 from pdbench.driver.slurm_partitions import partition_problem
 from pdbench.driver.submit import Submitted, check_slurm_reachable, follow, submit
 from pdbench.driver.tiny_model import model_path_for
-from pdbench.plan.attempt import attempt_line, job_points
+from pdbench.plan.attempt import attempt_line, first_pass, job_points
 from pdbench.plan.deployments import Plan, make_plan
 from pdbench.results.manifest import LaunchOrigin
 from pdbench.results.store import RunStore
@@ -91,6 +91,10 @@ def launch(
             except (OSError, ValueError):  # a corrupt record: the estimate instead
                 records = []
             print(attempt_line(cfg, plan, records) + "\n")
+        for search in plan.searches.values():  # each search's first pass, where estimated
+            line = first_pass(cfg, search).describe(cfg.search.budget_min)
+            if line:
+                print(line + "\n")
         print("\n".join(held))
         note = dry_run_note(cfg)
         if note:

@@ -9,6 +9,8 @@ context (recompute's cost, pull's upper bound; ``pdbench.plan.prefill_wave``) an
 ``POINT_OVERHEAD_S``. Without ``cluster.gpu_tflops`` there is no estimate, and the line
 says what would give one. A job holds its plan's Points, or up to its search's cap
 (``job_points``): what the line counts attempts for, and what a job's requeues are sized by.
+A crossover search's first pass is estimated the same way (``first_pass``): its budget is
+looked at only after it, so validation refuses a first pass the budget cannot hold.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import math
 from dataclasses import dataclass
 
 from pdbench.config.schema import RunConfig
+from pdbench.plan.crossover_search import SearchPlan
 from pdbench.plan.deployments import Plan
 from pdbench.plan.lengths import longest_history
 from pdbench.plan.prefill_wave import in_flight, prefill_seconds
@@ -159,3 +162,34 @@ def attempt_line(cfg: RunConfig, plan: Plan, records: list[dict]) -> str:
     measured = median_point_s(records)
     most = max(job_points(plan, d.deployment_id) for d in plan.deployments)
     return attempt(cfg, longest_history(cfg), most, measured).describe()
+
+
+@dataclass(frozen=True)
+class FirstPass:
+    """A crossover search's first pass by the rough estimate (``estimated_point_s``)."""
+
+    points: int
+    longest: int  # its longest history
+    seconds: float | None  # None: no cluster.gpu_tflops, no estimate
+
+    def describe(self, budget_min: float) -> str:
+        if self.seconds is None:
+            return ""
+        fits = "within" if self.seconds <= 60 * budget_min else "over"
+        return (
+            f"the search's first pass: {self.points} Points up to {self.longest:,} tokens, "
+            f"about {self.seconds / 60:,.0f} min by the {ROUGH.format(step=DECODE_STEP_S)} "
+            f"({fits} search.budget_min={budget_min:g})"
+        )
+
+
+def first_pass(cfg: RunConfig, search: SearchPlan) -> FirstPass:
+    """What the search's first pass measures and, with ``cluster.gpu_tflops``, how long."""
+    flows, loads = max(1, search.flows_per_block), max(1, len(search.loads))
+    each = search.first_repetitions * flows * loads
+    points = len(search.first_lengths) * each
+    longest = max(search.first_lengths, default=0)
+    times = [estimated_point_s(cfg, h) for h in search.first_lengths]
+    if any(t is None for t in times):
+        return FirstPass(points, longest, None)
+    return FirstPass(points, longest, sum(times) * each)
