@@ -10,6 +10,7 @@ starts the container: a venv it activates never reaches the tasks.
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 from pdbench.config.problems import ConfigProblem, Problems
 from pdbench.config.schema import ExecutorKind, RunConfig
@@ -20,6 +21,7 @@ from pdbench.spec.containers import (
     option_name,
     parse_mount,
 )
+from pdbench.validate.model_source import is_local_path
 
 
 def check_containers(cfg: RunConfig) -> list[ConfigProblem]:
@@ -63,6 +65,7 @@ def check_containers(cfg: RunConfig) -> list[ConfigProblem]:
             mounts.append(parsed)
     if c.container_image:
         out += _container_interpreter(c.python, c.container_has_pdbench, mounts)
+        out += _paths_mounted(cfg, mounts)
         for line in c.setup:
             if activates_environment(line):
                 out.add(
@@ -90,8 +93,44 @@ def check_containers(cfg: RunConfig) -> list[ConfigProblem]:
 
 
 def _mounted(path: str, mounts: list[tuple[str, str, str]]) -> bool:
-    """``path`` is under a mount that brings a host directory at its own path."""
-    return any(src == dst and path.startswith(src.rstrip("/") + "/") for src, dst, _ in mounts)
+    """``path`` is under (or is) a mount that brings a host directory at its own path."""
+    path = path.rstrip("/") or "/"
+    return any(
+        src == dst and (path == src.rstrip("/") or path.startswith(src.rstrip("/") + "/"))
+        for src, dst, _ in mounts
+    )
+
+
+def _paths_mounted(cfg: RunConfig, mounts: list[tuple[str, str, str]]) -> list[ConfigProblem]:
+    """What a task reads and writes in the container at the driver's paths: the run dir (it
+    unpickles its job there first: unmounted, it dies before pdbench can say why), a model
+    directory, and the hub cache ``HF_HOME`` names."""
+    c = cfg.cluster
+    wanted = [("dir", str(Path(cfg.dir).expanduser().resolve()), "the run dir")]
+    if cfg.model.path and not cfg.model.generate and is_local_path(cfg.model.path):
+        wanted.append(("model.path", cfg.model.path, "the model's directory"))
+    hf_home = {**c.env, **cfg.server.env}.get("HF_HOME", "")
+    if hf_home and hf_home.startswith("/"):
+        wanted.append(("cluster.env.HF_HOME", hf_home, "the hub cache the servers read"))
+    out = Problems()
+    for field, path, what in wanted:
+        if not _mounted(path, mounts):
+            out.add(
+                field,
+                path,
+                f"is {what}, which a task in the container reads at this path, and no "
+                "cluster.container_mounts entry brings it there",
+                f"add '{_mount_root(path)}:{_mount_root(path)}' to cluster.container_mounts "
+                "(the directory above it every node shares, at its own path)",
+            )
+    return out
+
+
+def _mount_root(path: str) -> str:
+    """The first two levels of ``path`` (``/lustre/me`` of ``/lustre/me/runs/x``): what a
+    site usually mounts whole."""
+    parts = [p for p in path.split("/") if p]
+    return "/" + "/".join(parts[:2]) if parts else "/"
 
 
 def _container_interpreter(

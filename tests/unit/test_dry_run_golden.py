@@ -46,6 +46,7 @@ CASES = {
         "cluster.python=python3",
         "cluster.container_mounts=[/shared:/shared,/shared/models:/shared/models:ro]",
         "cluster.srun_args=['--mpi=none']",
+        "dir=/shared/RUN",  # in the container at its own path, as every task reads it
     ],
 }
 # The driver's venv on a GPU cluster's shared filesystem (the nodes run its interpreter:
@@ -111,5 +112,5 @@ def test_servers_start_with_vllm_serve_and_containers_go_on_srun():
         "--container-mounts=/shared:/shared,/shared/models:/shared/models:ro "
         "--no-container-entrypoint --no-container-mount-home "
         "--container-env=HF_HUB_OFFLINE,NCCL_IB_HCA,NCCL_SOCKET_IFNAME,UCX_IB_GPU_DIRECT_RDMA "
-        "--mpi=none python3 -u -m submitit.core._submit /RUN/submitit"
+        "--mpi=none python3 -u -m submitit.core._submit /shared/RUN/submitit"
     )

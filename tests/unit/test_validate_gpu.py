@@ -151,6 +151,7 @@ def container_run(**fields):
 
 def test_a_well_formed_container_config_passes_and_becomes_srun_options():
     cfg = container_run(container_workdir="/lustre/me", srun_args=["--mpi=none"])
+    cfg.dir = "/lustre/me/runs/r"  # under a mount at its own path
     cfg.cluster.env = {"UCX_TLS": "rc", "HF_HUB_OFFLINE": "1"}
     assert validate(cfg) == []
     assert srun_args(cfg.cluster) == [
@@ -309,3 +310,22 @@ def test_an_unquoted_enroot_uri_gets_the_quoting_fix():
     assert fix in str(err.value)
     quoted = check_overrides(["cluster.container_image='nvcr.io#nvidia/pytorch:25.01-py3'"])
     assert quoted[0].value() == "nvcr.io#nvidia/pytorch:25.01-py3"
+
+
+def test_what_a_task_reads_in_the_container_must_be_mounted_at_its_own_path():
+    """The run dir (a task unpickles its job there first), a model directory and HF_HOME:
+    each unmounted one is refused with the mount that brings it."""
+    cfg = container_run()
+    cfg.dir = "/scratch/me/runs/r"
+    cfg.model.path = "/data/models/Llama-3.1-8B-Instruct"
+    cfg.cluster.env = {"HF_HOME": "/home/me/.cache/huggingface"}
+    problems = {
+        p.field: p for p in validate(cfg) if p.field in ("dir", "model.path", "cluster.env.HF_HOME")
+    }
+    assert set(problems) == {"dir", "model.path", "cluster.env.HF_HOME"}, validate(cfg)
+    assert "'/scratch/me:/scratch/me'" in problems["dir"].fix
+    assert "'/data/models:/data/models'" in problems["model.path"].fix
+    cfg.cluster.container_mounts += ["/scratch/me:/scratch/me", "/data:/data", "/home/me:/home/me"]
+    assert [p for p in validate(cfg) if p.field in problems] == []
+    cfg.cluster.container_mounts = ["/scratch/me:/mnt/run"]  # mounted, at another path
+    assert "dir" in {p.field for p in validate(cfg)}
