@@ -20,11 +20,21 @@ from pathlib import Path
 
 from connector.shared_files import PeerFailed, Rendezvous
 
-RENDEZVOUS_TIMEOUT_S = 600.0  # how long task 0 waits for every node's servers
+RENDEZVOUS_TIMEOUT_S = 600.0  # how long task 0 waits for every node's servers, at least
+START_SKEW_S = 120.0  # the other nodes may start their servers this much later than task 0
 HEARTBEAT_S = 10.0  # how often task 0 says it is alive
 # Silence after which the other tasks give up on task 0: well above the heartbeat, since a
 # shared filesystem may show a rewritten file a minute late (NFS attribute caching).
 RANK0_SILENT_S = 300.0
+
+
+def gather_timeout_s(startup_timeout_s: float) -> float:
+    """How long task 0 waits for the other nodes' servers once its own are up: as long as
+    any node's may take to start (``server.startup_timeout_s``, 1,800 s on GPU clusters:
+    a 600 s wait gave up on a 70B model still loading), plus the skew between the tasks'
+    starts; never below ``RENDEZVOUS_TIMEOUT_S``. A node whose servers fail says so at once
+    (its failure file), so the wait is long only for a node still starting."""
+    return max(RENDEZVOUS_TIMEOUT_S, startup_timeout_s + START_SKEW_S)
 
 
 class NodeFailed(RuntimeError):

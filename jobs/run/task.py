@@ -26,7 +26,7 @@ from jobs.preflight.job import PreflightFailed, node_preflight, record_findings
 from jobs.run.loop import measure_points
 from jobs.run.next_points import NextPoints, PlannedPoints
 from jobs.run.point import new_record
-from jobs.run.rendezvous import NodeFailed, NodeRendezvous
+from jobs.run.rendezvous import NodeFailed, NodeRendezvous, gather_timeout_s
 from jobs.run.search_points import SearchPoints
 from jobs.run.serve import ServeUntilStopped
 from jobs.run.servers import say, start_servers
@@ -114,7 +114,7 @@ class DeploymentTask:
         if task.rank != 0:
             meeting.wait_for_rank0()
             return {"rank": task.rank, "host": task.host}
-        nodes = meeting.gather_nodes()
+        nodes = meeting.gather_nodes(gather_timeout_s(timeout_s))
         # Every node's address and devices are known now: the spec as it ran.
         ran = resolve(spec, nodes.addresses)
         for node, visible in nodes.devices.items():

@@ -9,7 +9,13 @@ import time
 import pytest
 
 from connector.shared_files import PeerFailed, Rendezvous
-from jobs.run.rendezvous import NodeFailed, NodeRendezvous
+from jobs.run.rendezvous import (
+    RENDEZVOUS_TIMEOUT_S,
+    START_SKEW_S,
+    NodeFailed,
+    NodeRendezvous,
+    gather_timeout_s,
+)
 
 pytestmark = pytest.mark.unit
 
@@ -84,3 +90,10 @@ def test_a_silent_task_0_fails_the_others_after_the_deadline(tmp_path):
     zero._beating.set()  # task 0 dies without a word: its heartbeat stops, no done.json
     with pytest.raises(NodeFailed, match="node0 gave no sign of life for 0 s"):
         one.wait_for_rank0(silent_s=0.4, poll_s=0.05)
+
+
+def test_task_0_waits_for_the_others_as_long_as_their_servers_may_take_to_start():
+    """A 70B model may load for up to server.startup_timeout_s (1,800 s on GPU clusters):
+    task 0 must not give up on a node whose servers are still starting."""
+    assert gather_timeout_s(1800) == 1800 + START_SKEW_S
+    assert gather_timeout_s(60) == RENDEZVOUS_TIMEOUT_S  # never below the old floor
