@@ -266,6 +266,29 @@ def warn_repetitions(cfg: RunConfig) -> list[ConfigProblem]:
     ]
 
 
+def warn_load_over_max_num_seqs(cfg: RunConfig) -> list[ConfigProblem]:
+    """A load that puts more requests on one instance than vLLM runs at once
+    (``server.max_num_seqs``): the excess waits in vLLM's queue, so that load measures the
+    queue, not the batch it names."""
+    if cfg.command is not Command.run or not cfg.workload.concurrency:
+        return []
+    top = max(cfg.workload.concurrency)
+    roles = [r for r in (cfg.topology.prefill, cfg.topology.decode) if r.count > 0]
+    per_instance = max((math.ceil(top / r.count) for r in roles), default=top)
+    seqs = cfg.server.max_num_seqs
+    if per_instance <= seqs:
+        return []
+    return [
+        ConfigProblem(
+            "server.max_num_seqs",
+            seqs,
+            f"is below the {per_instance} requests concurrency {top} puts on one instance: "
+            "the rest wait in vLLM's queue, and that load measures the queue",
+            f"server.max_num_seqs={per_instance} (or more instances, or a lower concurrency)",
+        )
+    ]
+
+
 def warn_working_set_fits_nowhere(cfg: RunConfig) -> list[ConfigProblem]:
     """A working-set sweep whose smallest set already overflows P, or whose P size is not
     known here."""
@@ -316,4 +339,8 @@ PREMISE_RULES: tuple[Rule, ...] = (
     check_p_evicts,
     check_repetitions,
 )
-PREMISE_WARNINGS: tuple[Rule, ...] = (warn_repetitions, warn_working_set_fits_nowhere)
+PREMISE_WARNINGS: tuple[Rule, ...] = (
+    warn_repetitions,
+    warn_working_set_fits_nowhere,
+    warn_load_over_max_num_seqs,
+)

@@ -1,6 +1,7 @@
-"""A crossover search's first pass fits its budget: on a GPU cluster (cluster.gpu_tflops)
-pdbench estimates it, the dry run says so, and validation refuses a budget the first pass
-alone overruns (the budget is looked at only after it), with the budget that fits."""
+"""A GPU run fits what it is given. A crossover search's first pass fits its budget: on a
+GPU cluster (cluster.gpu_tflops) pdbench estimates it, the dry run says so, and validation
+refuses a budget the first pass alone overruns (the budget is looked at only after it), with
+one that fits. A load beyond what vLLM runs at once (server.max_num_seqs) is warned."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import pytest
 from pdbench.config.compose import compose_job
 from pdbench.plan.attempt import first_pass
 from pdbench.plan.deployments import make_plan
+from pdbench.validate.rules import warnings
 from pdbench.validate.search import check_search
 
 pytestmark = pytest.mark.unit
@@ -56,3 +58,15 @@ def test_without_a_gpu_estimate_nothing_is_said_or_refused():
     (search,) = make_plan(cfg).searches.values()
     assert first_pass(cfg, search).seconds is None and first_pass(cfg, search).describe(6) == ""
     assert check_search(cfg) == []
+
+
+def test_a_load_beyond_what_vllm_runs_at_once_is_warned_with_the_setting():
+    """crossover_load's GPU line at concurrency 32 on one P and one D with max_num_seqs 16:
+    half of that load waits in vLLM's queue."""
+    load = ["+experiment=crossover_load", "model=llama3_8b", "cluster=h100_8gpu"]
+    load += ["workload.conversations=32", "workload.concurrency=[1,8,32]"]
+    (warning,) = [w for w in warnings(compose_job(load)) if w.field == "server.max_num_seqs"]
+    assert "32 requests concurrency 32 puts on one instance" in warning.message
+    assert warning.fix.startswith("server.max_num_seqs=32")
+    fixed = compose_job([*load, "server.max_num_seqs=32"])
+    assert [w for w in warnings(fixed) if w.field == "server.max_num_seqs"] == []
