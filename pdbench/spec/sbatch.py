@@ -73,10 +73,11 @@ def slurm_parameters(
             params[key] = value
     if cluster.exclusive:
         params["exclusive"] = True
-    # submitit writes --open-mode=append itself (a requeued job appends to its logs); only
-    # the site's own extra options go here.
-    if cluster.additional_parameters:
-        params["additional_parameters"] = dict(cluster.additional_parameters)
+    # submitit writes --open-mode=append itself (a requeued job appends to its logs). A job
+    # pdbench submits asks to be requeueable (--requeue): where a site sets JobRequeue=0,
+    # `scontrol requeue` (submitit's, at the time limit) refuses a job submitted without it.
+    # Then the site's own extra options, which win.
+    params["additional_parameters"] = {"requeue": True, **dict(cluster.additional_parameters)}
     setup = list(cluster.setup) + env_exports(dict(cluster.env))
     if not cpus and (cluster.exclusive or cluster.gpus_per_node):
         setup.append(ALL_CORES_SETUP)

@@ -40,6 +40,8 @@ def test_minimal_slurm_parameters() -> None:
         "array_parallelism": 4,
         "partition": "p",
         "wckey": None,  # submitit's "submitit" would be rejected where wckeys are enforced
+        # requeueable whatever the site's JobRequeue (submitit's requeue at the time limit)
+        "additional_parameters": {"requeue": True},
     }
 
 
@@ -65,7 +67,7 @@ def test_every_cluster_field_maps_to_slurm() -> None:
     assert (params["account"], params["qos"], params["constraint"]) == ("acct", "high", "h100")
     assert params["exclusive"] is True
     assert params["array_parallelism"] == 3
-    assert params["additional_parameters"] == {"gres-flags": "enforce-binding"}
+    assert params["additional_parameters"] == {"requeue": True, "gres-flags": "enforce-binding"}
     assert params["setup"] == [
         "module load cuda",
         "export NCCL_IB_HCA=mlx5",
