@@ -48,6 +48,50 @@ def check_imports(facts: ImportFacts, python: str) -> CheckResult:
     return passed("imports", f"vllm {vllm}, nixl {facts.versions.get('nixl', '?')}")
 
 
+MEMLOCK_FLOOR = 1 << 30  # locked memory below this cannot register a KV cache for RDMA
+
+
+def check_build_tools(compiles: bool, extra: dict[str, Any]) -> CheckResult:
+    """GPU servers without --enforce-eager compile at their first start: torch.compile and
+    CUDA graphs build Triton's CUDA driver stub with the node's C compiler and Python.h."""
+    if not compiles:
+        return skipped("build_tools", "no server compiles (CPU, or --enforce-eager)")
+    missing = [
+        what
+        for what, there in (
+            ("a C compiler (gcc or $CC)", extra.get("c_compiler")),
+            ("Python.h (the interpreter's headers)", extra.get("python_h")),
+        )
+        if not there
+    ]
+    if not missing:
+        return passed("build_tools", f"{extra.get('c_compiler')} and Python.h for Triton")
+    return failed(
+        "build_tools",
+        f"{' and '.join(missing)} missing: vLLM compiles Triton's CUDA driver stub at its "
+        "first start (torch.compile, CUDA graphs) and that server would die",
+        "install gcc and the Python headers on the nodes or in the image (python3-dev), or "
+        "server.enforce_eager=true (no compilation; slower decode)",
+    )
+
+
+def check_memlock(registers: bool, extra: dict[str, Any]) -> CheckResult:
+    """RDMA registers the KV cache with the NIC: ``ulimit -l`` must allow it."""
+    if not registers:
+        return skipped("memlock", "no RDMA transport expected")
+    limit = extra.get("memlock_bytes")
+    if limit is None or limit == -1 or limit >= MEMLOCK_FLOOR:
+        shown = "unlimited" if limit in (None, -1) else f"{limit / 2**30:.0f} GiB"
+        return passed("memlock", f"locked memory {shown}")
+    return failed(
+        "memlock",
+        f"locked memory is limited to {limit / 2**10:,.0f} KiB (ulimit -l): UCX cannot "
+        "register the KV cache for RDMA, and the pulls fail or fall back to TCP",
+        "memlock unlimited for jobs (limits.conf, and SLURM's PropagateResourceLimits or "
+        "cluster.srun_args=['--propagate=MEMLOCK'] from a shell that has it)",
+    )
+
+
 def check_one_vllm(mine: str, peers: dict[int, dict[str, Any]]) -> CheckResult:
     """Every node of a deployment runs one vLLM: NIXL's handshake carries a compat version
     that moved from 14 (vLLM 0.32) to 15 (0.33), and P refuses a D of the other, so a mixed

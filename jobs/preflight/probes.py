@@ -69,7 +69,13 @@ try:
     out["extra"]["cuda_available"] = bool(torch.cuda.is_available())
 except BaseException:
     pass
-import os
+import os, resource, sysconfig
+compiler = os.environ.get("CC", "") or "gcc"
+out["extra"]["c_compiler"] = shutil.which(compiler) or shutil.which("cc") or ""
+include = sysconfig.get_paths().get("include", "")
+out["extra"]["python_h"] = os.path.exists(os.path.join(include, "Python.h"))
+soft = resource.getrlimit(resource.RLIMIT_MEMLOCK)[0]
+out["extra"]["memlock_bytes"] = -1 if soft == resource.RLIM_INFINITY else int(soft)
 beside = os.path.join(os.path.dirname(sys.executable), "vllm")
 out["extra"]["vllm_cli"] = beside if os.access(beside, os.X_OK) else (shutil.which("vllm") or "")
 out["extra"]["python"] = sys.executable

@@ -20,8 +20,10 @@ from jobs.preflight import probes, rendezvous
 from jobs.preflight.checks import (
     CheckResult,
     check_address,
+    check_build_tools,
     check_gpus,
     check_imports,
+    check_memlock,
     check_model,
     check_nvlink,
     check_one_vllm,
@@ -76,6 +78,8 @@ def run_preflight(
         if spec.server_cli
         else check_server("", None)
     )
+    report.results.append(check_build_tools(spec.compiles, extra))
+    report.results.append(check_memlock(spec.registers_memory, extra))
     report.findings["python"] = extra.get("python", python)
     report.findings["packages"] = imports.versions
     report.findings.update({k: v for k, v in extra.items() if k != "python"})

@@ -52,6 +52,11 @@ class PreflightSpec:
     server_cli: str = ""  # the ``vllm`` CLI servers start with (``vllm serve``); "": a module
     # One KV-shaped NIXL read from P's device to D's (``jobs.preflight.transfer``); None: none
     transfer: TransferProbe | None = None
+    # GPU servers that compile at their first start (no --enforce-eager: torch.compile and
+    # CUDA graphs build Triton's driver stub): a C compiler and Python.h must be there
+    compiles: bool = False
+    # UCX registers the KV cache for RDMA (rc/dc/ud transports): locked memory must allow it
+    registers_memory: bool = False
 
     @property
     def num_nodes(self) -> int:
@@ -85,6 +90,8 @@ class PreflightSpec:
             "local": self.local,
             "server_cli": self.server_cli,
             "transfer": self.transfer.to_dict() if self.transfer else None,
+            "compiles": self.compiles,
+            "registers_memory": self.registers_memory,
         }
 
     @classmethod
@@ -108,6 +115,8 @@ class PreflightSpec:
             python=data.get("python", ""),
             imports=tuple(data.get("imports", IMPORTS)),
             local=bool(data.get("local", False)),
+            compiles=bool(data.get("compiles", False)),
+            registers_memory=bool(data.get("registers_memory", False)),
             server_cli=data.get("server_cli", ""),
             transfer=TransferProbe.from_dict(data["transfer"]) if data.get("transfer") else None,
         )
@@ -177,6 +186,9 @@ def node_ports(dep: DeploymentSpec, node: int) -> tuple[int, ...]:
     return tuple(sorted(p for p in ports if p > 0))
 
 
+RDMA_PREFIXES = ("rc", "dc", "ud", "ib")  # UCX transports that register memory with the NIC
+
+
 def spec_from_launch(dep: DeploymentSpec) -> PreflightSpec:
     """The preflight of one Deployment, from its launch spec."""
     intra_node_ipc = "cuda_ipc" in expand(dep.expected_ucx_transports)
@@ -197,6 +209,8 @@ def spec_from_launch(dep: DeploymentSpec) -> PreflightSpec:
         local=dep.local,
         server_cli=server_cli(dep.instances),
         transfer=dep.transfer,
+        compiles=any(i.gpus and "--enforce-eager" not in i.command for i in dep.instances),
+        registers_memory=any(t.startswith(RDMA_PREFIXES) for t in dep.expected_ucx_transports),
     )
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+
 import pytest
 
 from connector.ucx import parse_ucp_context_info, parse_ucx_info_devices
@@ -9,8 +11,10 @@ from jobs.preflight.checks import (
     ImportFacts,
     ModelFacts,
     UcxFacts,
+    check_build_tools,
     check_gpus,
     check_imports,
+    check_memlock,
     check_model,
     check_nvlink,
     check_ports,
@@ -18,7 +22,7 @@ from jobs.preflight.checks import (
     physical_pairs,
 )
 from jobs.preflight.nvidia_smi import parse_gpu_query, parse_topology
-from jobs.preflight.probes import port_holders
+from jobs.preflight.probes import import_facts, port_holders
 from jobs.preflight.spec import NodeExpectation, PreflightSpec, spec_from_config, spec_from_launch
 from pdbench.config.schema import Placement
 from pdbench.plan.deployments import make_plan
@@ -223,3 +227,34 @@ def test_port_holders_finds_this_process_listening():
         command = " ".join(psutil.Process().cmdline())[:200]  # pytest-xdist retitles it
         assert who == f"pid {os.getpid()} ({command})"
     assert port_holders([port]) == {}  # closed: free again
+
+
+def test_gpu_servers_that_compile_need_a_compiler_and_python_h():
+    """vLLM builds Triton's CUDA driver stub at its first start unless --enforce-eager."""
+    spec = spec_from_config(gpu_run(), "/m")
+    assert spec.compiles and not spec_from_config(cpu_run(), "/m").compiles
+    eager = gpu_run()
+    eager.server.enforce_eager = True
+    assert not spec_from_config(eager, "/m").compiles
+    ready = {"c_compiler": "/usr/bin/gcc", "python_h": True}
+    assert check_build_tools(True, ready).ok and check_build_tools(False, {}).skipped
+    line = one_line(check_build_tools(True, {"c_compiler": "", "python_h": True}))
+    assert "a C compiler" in line and "Triton" in line and "server.enforce_eager=true" in line
+    assert "Python.h" in one_line(check_build_tools(True, {"c_compiler": "/gcc"}))
+
+
+def test_rdma_needs_memory_it_can_lock():
+    cfg = gpu_run(p=2, d=2, placement=Placement.cross_node, nodes=2)
+    cfg.transport.expected_ucx_transports = ["rc"]
+    assert spec_from_config(cfg, "/m").registers_memory
+    assert not spec_from_config(gpu_run(), "/m").registers_memory
+    assert check_memlock(True, {"memlock_bytes": -1}).ok  # unlimited
+    line = one_line(check_memlock(True, {"memlock_bytes": 64 << 10}))
+    assert "limited to 64 KiB" in line and "memlock unlimited" in line
+    assert check_memlock(False, {"memlock_bytes": 0}).skipped
+
+
+def test_the_import_probe_reports_the_build_tools_and_the_lock_limit_here():
+    _, extra = import_facts(sys.executable, (), {})
+    assert isinstance(extra["python_h"], bool) and "memlock_bytes" in extra
+    assert extra["c_compiler"].endswith(("gcc", "cc")) or extra["c_compiler"] == ""
