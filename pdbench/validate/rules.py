@@ -12,8 +12,9 @@ Decisions worth knowing:
 - Tensor parallel and KV heads: a TP size must divide ``num_attention_heads``; with fewer
   KV heads than ranks vLLM replicates them, which it allows when ``tp % num_kv_heads == 0``;
   otherwise ``num_kv_heads % tp == 0``.
-- Heterogeneous TP: vLLM's NIXL connector only fans out (decode TP a multiple of prefill
-  TP); P TP > D TP crashed (vLLM #43523).
+- Heterogeneous TP: vLLM's NIXL connector maps ranks between two TP sizes when one is a
+  multiple of the other, either way (``tp_mapping.py`` in 0.32 and 0.33; the fan-in, P TP
+  > D TP, was refused here after a crash fixed since, vLLM #43523, closed).
 - ``agg`` runs on an agg (mixed) instance, or on the first decode instance when the topology
   has none (``Deployment.agg_instance``).
 - Ports (``pdbench.plan.deployments``): instance ``i`` listens on ``base_port + i`` and its
@@ -70,7 +71,8 @@ from pdbench.validate.unchecked import warn_model_path_checked_on_the_nodes
 
 CPU_ATTENTION_HEAD_SIZES = (32, 64, 80, 96, 112, 128, 160, 192, 224, 256, 512)
 CPU_BLOCK_MULTIPLE = 32
-ISSUE_HETERO_TP = "vLLM #43523"
+# where vLLM (0.32, 0.33) maps ranks between two TP sizes, either larger
+HETERO_TP_SOURCE = "vllm/distributed/kv_transfer/kv_connector/v1/nixl/tp_mapping.py"
 
 
 def _roles(cfg: RunConfig) -> list[tuple[str, int, int]]:
@@ -274,16 +276,16 @@ def check_tensor_parallel(cfg: RunConfig) -> list[ConfigProblem]:
                 f"a multiple of {m.num_kv_heads}, or at most {m.num_kv_heads}",
             )
     topo = cfg.topology
-    if topo.prefill.count > 0 and topo.decode.count > 0 and topo.prefill.tp >= 1:
-        if topo.decode.tp % topo.prefill.tp:
+    p_tp, d_tp = topo.prefill.tp, topo.decode.tp
+    if topo.prefill.count > 0 and topo.decode.count > 0 and min(p_tp, d_tp) >= 1:
+        if max(p_tp, d_tp) % min(p_tp, d_tp):
             out.add(
                 "topology.decode.tp",
-                topo.decode.tp,
-                f"is not a multiple of topology.prefill.tp ({topo.prefill.tp}): vLLM's NIXL "
-                "connector supports heterogeneous TP only as fan-out (decode TP a multiple "
-                f"of prefill TP); P TP > D TP crashed ({ISSUE_HETERO_TP})",
-                f"decode tp in {{{topo.prefill.tp}, {2 * topo.prefill.tp}, ...}}, "
-                "or a smaller prefill tp",
+                d_tp,
+                f"and topology.prefill.tp ({p_tp}): neither is a multiple of the other, and "
+                "vLLM's NIXL connector maps one side's ranks onto the other's only then "
+                f"({HETERO_TP_SOURCE}, both ways)",
+                f"decode tp a multiple or a divisor of {p_tp} (e.g. {p_tp} or {2 * p_tp})",
             )
     return out
 
