@@ -239,7 +239,12 @@ def calibration(args: dict[str, str]) -> Calibration:
         rates = [r for r in rates if r.concurrency == conc] or rates
         measured = [r.concurrency for r in rates if r.concurrency]
         top = max((r.concurrency or 0 for r in dep.recompute_rate), default=0)
-        if top and level > top:
+        if not top:
+            beyond = (
+                f"; the policy names no load (its run measured one, unnamed): concurrency "
+                f"{level:g} is not known to it, its one rate is used, not extrapolated"
+            )
+        elif level > top:
             beyond = (
                 f"; concurrency {level:g} lies above the highest load measured ({top}): "
                 f"that load's rate is used, not extrapolated"

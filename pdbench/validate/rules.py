@@ -26,10 +26,12 @@ Decisions worth knowing:
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 import re
 from pathlib import Path
+from typing import Any
 
 from connector.process_env import (
     KV_PARAMS_ADDR_ENV,
@@ -958,8 +960,22 @@ def validate(cfg: RunConfig) -> list[ConfigProblem]:
                 raise
             # a rule that computes with a setting out of range (a hidden size of 0): the
             # bound's problem says what is wrong
+    # a rule saw a value replaced (nan -> 0): its problem names the value as given
+    replaced = {p.field for p in out_of_range}
+    problems = [
+        dataclasses.replace(p, value=_given(cfg, p.field)) if p.field in replaced else p
+        for p in problems
+    ]
     named = {p.field for p in problems}
     return problems + [p for p in out_of_range if p.field not in named]
+
+
+def _given(cfg: RunConfig, field: str) -> Any:
+    """The value of a dotted field as ``cfg`` holds it (None when there is none)."""
+    value: Any = cfg
+    for part in field.split("."):
+        value = getattr(value, part, None)
+    return value
 
 
 def warnings(cfg: RunConfig) -> list[ConfigProblem]:

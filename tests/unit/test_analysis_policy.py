@@ -13,7 +13,7 @@ from analysis.method.deployment import Context
 from analysis.output import policy
 from analysis.output.wandb_report import summary_metrics
 from analysis.pipeline import run_analysis
-from testbed.synthetic import Synthetic, SyntheticDeployment, write_records
+from testbed.synthetic import Synthetic, SyntheticDeployment, write_records, write_synthetic_run
 from tests.unit.synthetic_loads import at_load, load_records, load_run
 
 pytestmark = pytest.mark.unit
@@ -163,3 +163,10 @@ def test_analysis_writes_policy_json_beside_summary(tmp_path):
     )
     mid, _ = whatif.parse([f"policy={out.policy}", "bandwidth_gbps=400", "concurrency=2"])
     assert "concurrency 2 was not measured: its band's (1)" in mid.sources["prefill rate"]
+    # a policy of one unnamed load (its points name none) knows no load at all
+    write_synthetic_run(tmp_path / "unnamed")
+    unnamed = run_analysis([tmp_path / "unnamed"], tmp_path / "out_unnamed")
+    args = [f"policy={unnamed.policy}", "bandwidth_gbps=400", "concurrency=100000"]
+    lone, _ = whatif.parse(args)
+    assert "the policy names no load" in lone.sources["prefill rate"]
+    assert "concurrency 100000 is not known to it" in lone.sources["prefill rate"]

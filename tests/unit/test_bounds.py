@@ -10,6 +10,7 @@ import dataclasses
 import pytest
 
 from pdbench.config.bounds import Bounds, bounded
+from pdbench.config.compose import compose_job
 from pdbench.config.schema import Command
 from pdbench.validate.bounds import check_bounds, numeric_fields
 from pdbench.validate.rules import validate
@@ -114,3 +115,14 @@ def test_a_name_leaving_results_or_an_env_the_plan_sets_is_refused():
     (line,) = problems("+server.env.VLLM_PORT=1")
     assert line.startswith("server.env.VLLM_PORT=1: is set by pdbench for each instance")
     assert problems("+server.env.PDBENCH_ENGINE_START=spawn", "name=my.run_2") == []
+
+
+def test_a_rule_that_saw_a_replaced_value_names_the_value_as_given():
+    """nan is replaced before the rules run (their arithmetic); the problem a rule finds
+    names nan, not the 0 it saw, and keeps its own fix (issue 41: 'request_rate=0')."""
+    cfg = compose_job(
+        ["+experiment=smoke", "workload.arrival=poisson", "workload.request_rate=nan"]
+    )
+    (problem,) = [p for p in validate(cfg) if p.field == "workload.request_rate"]
+    assert str(problem).startswith("workload.request_rate=nan: must be a rate > 0")
+    assert "workload.request_rate=2" in problem.fix
