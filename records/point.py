@@ -16,6 +16,7 @@ from typing import Any, TypeVar
 
 import msgspec
 
+from records.model import ModelShape
 from records.versions import POINT_SCHEMA, REQUEST_SCHEMA
 
 V = TypeVar("V")
@@ -214,7 +215,22 @@ class ServerView:
 
 @dataclass
 class ModelView:
+    """A Point's model section: its name and shape as the run's config held them."""
+
     name: str = ""
+    num_layers: int = 0
+    hidden_size: int = 0
+    num_attention_heads: int = 0
+    num_kv_heads: int = 0
+    head_dim: int = 0
+    intermediate_size: int = 0
+    vocab_size: int = 0
+    dtype: str = ""
+    tie_word_embeddings: bool = False
+
+    def shape(self) -> ModelShape:
+        """The shape (``records.model``); ``ValueError`` names the sizes the record lacks."""
+        return ModelShape.from_dict(asdict(self))
 
 
 @dataclass

@@ -34,6 +34,7 @@ import pandas as pd
 from pdbench.results.store import CorruptRecord, RunStore
 from records import read
 from records.bench import TransferRecord
+from records.model import ModelShape
 from records.point import TTFT_SPLIT_PARTS as SPLIT_PARTS
 from records.point import DeploymentView, PointResult, PointStatus, RequestRecord, view
 from records.read import RecordError, SchemaVersionError
@@ -227,10 +228,10 @@ class RunData:
         """The Deployment ``dep_id`` as its Points recorded it, typed."""
         return view(DeploymentView, self.deployments.get(dep_id, {}))
 
-    def model_section(self, dep_id: str) -> dict[str, Any]:
-        """The model section of Deployment ``dep_id``'s record (``analysis.method.model_cost`` reads
-        the shape from it); {} when unknown."""
-        return dict(self.deployments.get(dep_id, {}).get("model") or {})
+    def model_shape(self, dep_id: str) -> ModelShape:
+        """The model shape Deployment ``dep_id``'s record names (``records.model``);
+        ``ValueError`` names the sizes it lacks."""
+        return self.deployment_view(dep_id).model.shape()
 
     @property
     def ok_points(self) -> pd.DataFrame:

@@ -222,7 +222,7 @@ def analyze_deployment(data: RunData, requests: pd.DataFrame, dep_id: str) -> De
     first = pts.iloc[0]
     notes: list[str] = []
     try:
-        shape = ModelShape.from_dict(data.model_section(dep_id))
+        shape = ModelShape(**data.model_shape(dep_id).to_dict())
     except ValueError as exc:
         shape = None
         notes.append(f"first principles skipped: {exc}")

@@ -16,68 +16,18 @@ cache geometry); parameters and FLOPs are counted here:
 from __future__ import annotations
 
 import functools
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
-import yaml
-
-import conf
+from conf import model_sections
 from connector.layout import dtype_nbytes, kv_bytes_per_token, llama_parameter_count
-
-_FIELDS = (
-    "num_layers",
-    "hidden_size",
-    "num_attention_heads",
-    "num_kv_heads",
-    "intermediate_size",
-    "vocab_size",
-)
+from records.model import ModelShape as RecordedShape
 
 
 @dataclass(frozen=True)
-class ModelShape:
-    name: str
-    num_layers: int
-    hidden_size: int
-    num_attention_heads: int
-    num_kv_heads: int
-    head_dim: int
-    intermediate_size: int
-    vocab_size: int
-    dtype: str = "bfloat16"
-    tie_word_embeddings: bool = False
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> ModelShape:
-        """From a model config dict (``head_dim`` 0 or absent: hidden / heads)."""
-        missing = [k for k in _FIELDS if not d.get(k)]
-        if missing:
-            raise ValueError(f"model {d.get('name', '?')!r} lacks {', '.join(missing)}")
-        heads = int(d["num_attention_heads"])
-        return cls(
-            name=str(d.get("name", "")),
-            num_layers=int(d["num_layers"]),
-            hidden_size=int(d["hidden_size"]),
-            num_attention_heads=heads,
-            num_kv_heads=int(d["num_kv_heads"]),
-            head_dim=int(d.get("head_dim") or 0) or int(d["hidden_size"]) // heads,
-            intermediate_size=int(d["intermediate_size"]),
-            vocab_size=int(d["vocab_size"]),
-            dtype=str(d.get("dtype") or "bfloat16"),
-            tie_word_embeddings=bool(d.get("tie_word_embeddings", False)),
-        )
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-    @property
-    def q_dim(self) -> int:
-        return self.num_attention_heads * self.head_dim
-
-    @property
-    def kv_dim(self) -> int:
-        return self.num_kv_heads * self.head_dim
+class ModelShape(RecordedShape):
+    """The model's shape as records carry it (``records.model``: declared there once) with
+    the cost arithmetic of this module."""
 
     @property
     def layer_matmul_params(self) -> int:
@@ -125,35 +75,26 @@ class ModelShape:
         return linear + attention + 2.0 * self.embedding_params
 
 
-@functools.cache
-def conf_model_dir() -> Path:
-    """``conf/model``: the one place model shapes are written (shipped as package data)."""
-    return Path(conf.__file__).resolve().parent / "model"
-
-
 def known_shapes(conf_dir: Path | None = None) -> dict[str, ModelShape]:
     """Every ``conf/model/*.yaml`` that holds a full shape, by file stem (a schema-only or
-    partial file is left out). Read once per folder."""
-    return dict(_read_shapes(str(conf_dir or conf_model_dir())))
+    partial file is left out), read by the conf package's own reader."""
+    return dict(_shapes(str(conf_dir) if conf_dir else ""))
 
 
 @functools.cache
-def _read_shapes(folder_name: str) -> dict[str, ModelShape]:
-    shapes: dict[str, ModelShape] = {}
-    folder = Path(folder_name)
-    for path in sorted(folder.glob("*.yaml")) if folder.is_dir() else []:
+def _shapes(folder: str) -> dict[str, ModelShape]:
+    out = {}
+    for stem, section in model_sections(Path(folder) if folder else None).items():
         try:
-            data = yaml.safe_load(path.read_text()) or {}
-            data.setdefault("name", path.stem)
-            shapes[path.stem] = ModelShape.from_dict(data)
-        except (ValueError, TypeError, AttributeError, yaml.YAMLError):
+            out[stem] = ModelShape.from_dict(section)
+        except (ValueError, TypeError):
             continue
-    return shapes
+    return out
 
 
 def shape(name: str) -> ModelShape:
     """The shape of ``conf/model/<name>.yaml``; KeyError names the known ones."""
-    shapes = _read_shapes(str(conf_model_dir()))
+    shapes = _shapes("")
     if name not in shapes:
         raise KeyError(f"model {name!r} not in conf/model ({', '.join(sorted(shapes))})")
     return shapes[name]

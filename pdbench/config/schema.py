@@ -17,6 +17,7 @@ from connector.bench_config import TransferBenchConfig
 from connector.layout import llama_parameter_count
 from pdbench.config.axes import Level, axis
 from pdbench.config.bounds import MANY, PORT, SEED, TOKENS, WEEK_S, bounded
+from records.model import ModelShape
 
 
 class ExecutorKind(Enum):
@@ -237,6 +238,12 @@ class ModelConfig:
     @property
     def resolved_head_dim(self) -> int:
         return self.head_dim or self.hidden_size // self.num_attention_heads
+
+    def shape(self) -> ModelShape:
+        """These settings as the model's shape (``records.model``: declared there once)."""
+        given = {name: getattr(self, name) for name in ModelShape.field_names()}
+        given["dtype"] = getattr(self.dtype, "value", self.dtype)
+        return ModelShape.from_dict(given)
 
     def parameter_count(self) -> int:
         """Parameters of this Llama-shaped decoder (``connector.layout``'s arithmetic)."""

@@ -960,14 +960,21 @@ def validate(cfg: RunConfig) -> list[ConfigProblem]:
                 raise
             # a rule that computes with a setting out of range (a hidden size of 0): the
             # bound's problem says what is wrong
-    # a rule saw a value replaced (nan -> 0): its problem names the value as given
+    # a rule saw a number replaced (nan -> 0): its problem names the number as given
     replaced = {p.field for p in out_of_range}
     problems = [
-        dataclasses.replace(p, value=_given(cfg, p.field)) if p.field in replaced else p
+        dataclasses.replace(p, value=_given(cfg, p.field))
+        if p.field in replaced and _scalar(_given(cfg, p.field))
+        else p
         for p in problems
     ]
     named = {p.field for p in problems}
     return problems + [p for p in out_of_range if p.field not in named]
+
+
+def _scalar(value: Any) -> bool:
+    """A number (not a list of them, whose rule names its element)."""
+    return isinstance(value, int | float) and not isinstance(value, bool)
 
 
 def _given(cfg: RunConfig, field: str) -> Any:

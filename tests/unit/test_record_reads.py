@@ -45,11 +45,6 @@ MANIFEST = "the run dir's manifest (not typed yet: issue 39's next step)"
 HTTP = "an HTTP body of the OpenAI API or the router's own endpoints, not a record"
 # file -> {word: why it is no record read}
 NOT_RECORDS: dict[str, dict[str, str]] = {
-    "analysis/load/runs.py": {"model": "the model section the model shape is read from (next)"},
-    "analysis/method/model_cost.py": {
-        w: "the model shape's reader (a model section; typed in the next step)"
-        for w in ("name", "head_dim", "dtype")
-    },
     "analysis/questions/replay.py": {"path": MANIFEST},
     "analysis/questions/registry.py": {w: MANIFEST for w in ("name", "workload", "kind")},
     "analysis/output/tables.py": {w: MANIFEST for w in ("job_id", "name")},
