@@ -3,6 +3,7 @@ project, so the jobs and the connector that write records, the driver and the an
 read them all import it).
 
 ``point`` (a Point's result and its request lines), ``trace`` (one KV transfer of a traced
-run), ``bench`` (one transfer-bench case); ``versions`` (each file's ``schema_version``)
+run), ``bench`` (one transfer-bench case), ``manifest`` (a run dir's experiment and its
+launches), ``model`` (a model's shape); ``versions`` (each file's ``schema_version``)
 and ``read`` (records decoded back into these types, or refused naming what is wrong).
 """

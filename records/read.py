@@ -14,10 +14,12 @@ from typing import Any, TypeVar
 import msgspec
 
 from records.bench import TransferRecord
+from records.manifest import Manifest
 from records.point import PointResult, RequestRecord
 from records.trace import TransferTraceRecord
 from records.versions import (
     BENCH_SCHEMA,
+    MANIFEST_SCHEMA,
     POINT_SCHEMA,
     REQUEST_SCHEMA,
     TRACE_SCHEMA,
@@ -62,3 +64,8 @@ def trace_line(data: Any, where: str = "") -> TransferTraceRecord:
 def bench_record(data: Any, where: str = "") -> TransferRecord:
     """A ``transfer_bench/<id>.json`` object as its ``TransferRecord``."""
     return _decode("transfer bench", data, TransferRecord, BENCH_SCHEMA, where)
+
+
+def manifest(data: Any, where: str = "") -> Manifest:
+    """A run dir's ``manifest.json`` object as its ``Manifest``."""
+    return _decode("manifest", data, Manifest, MANIFEST_SCHEMA, where)

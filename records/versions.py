@@ -15,6 +15,7 @@ POINT_SCHEMA = 1  # points/<point_id>.json: records.point.PointResult
 REQUEST_SCHEMA = 1  # requests/<point_id>.jsonl lines: records.point.RequestRecord
 TRACE_SCHEMA = 1  # traces/**/*.jsonl lines: records.trace.TransferTraceRecord
 BENCH_SCHEMA = 1  # transfer_bench/<record_id>.json: records.bench.TransferRecord
+MANIFEST_SCHEMA = 1  # manifest.json: records.manifest.Manifest
 
 # kind -> {version: the record at that version -> the record at the next}
 MIGRATIONS: dict[str, dict[int, Callable[[dict[str, Any]], dict[str, Any]]]] = {}

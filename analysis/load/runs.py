@@ -34,6 +34,7 @@ import pandas as pd
 from pdbench.results.store import CorruptRecord, RunStore
 from records import read
 from records.bench import TransferRecord
+from records.manifest import Manifest
 from records.model import ModelShape
 from records.point import TTFT_SPLIT_PARTS as SPLIT_PARTS
 from records.point import DeploymentView, PointResult, PointStatus, RequestRecord, view
@@ -208,7 +209,7 @@ def turn_rows(point: PointResult, row: dict[str, Any]) -> list[dict[str, Any]]:
 @dataclass
 class RunData:
     run_dirs: list[Path]
-    manifests: dict[str, dict[str, Any]]  # run dir -> manifest
+    manifests: dict[str, Manifest]  # run dir -> its manifest
     points: pd.DataFrame
     turns: pd.DataFrame
     requests: pd.DataFrame
@@ -425,7 +426,7 @@ def load_runs(run_dirs: list[str | Path], progress: Progress | None = _stderr) -
             continue
         store = RunStore(root)
         try:
-            manifests[run_dir] = store.read_manifest()
+            manifests[run_dir] = store.manifest()
         except (OSError, CorruptRecord) as exc:
             notes.append(f"{run_dir}: no readable manifest.json (provenance unknown): {exc}")
         files = sorted(store.points_dir.glob("*.json")) if store.points_dir.is_dir() else []

@@ -65,19 +65,19 @@ def bench_rows(bench: pd.DataFrame) -> list[dict[str, Any]]:
 def provenance_rows(data: RunData) -> list[dict[str, Any]]:
     rows = []
     for run_dir, m in data.manifests.items():
-        prov = m.get("provenance") or {}
-        jobs = ", ".join(str(j.get("job_id")) for j in m.get("jobs") or [])
+        prov = m.provenance
+        jobs = ", ".join(j.job_id for j in m.jobs)
         rows.append(
             {
                 "run dir": run_dir,
-                "name": m.get("name", ""),
-                "git sha": prov.get("git_sha", "?"),
-                "python": prov.get("python", ""),
-                "packages": ", ".join(f"{k} {v}" for k, v in (prov.get("packages") or {}).items()),
-                "UCX": prov.get("ucx", ""),
-                "CPU": prov.get("cpu", ""),
-                "GPUs": ", ".join(prov.get("gpus") or []) or "none",
-                "host": prov.get("hostname", ""),
+                "name": m.name,
+                "git sha": prov.git_sha or "?",
+                "python": prov.python,
+                "packages": ", ".join(f"{k} {v}" for k, v in prov.packages.items()),
+                "UCX": prov.ucx,
+                "CPU": prov.cpu,
+                "GPUs": ", ".join(map(str, prov.gpus)) or "none",
+                "host": prov.hostname,
                 "SLURM jobs": jobs or "–",
             }
         )

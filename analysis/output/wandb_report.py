@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import netrc
 from collections.abc import Mapping
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
@@ -86,7 +87,7 @@ def log_to_wandb(
     wandb_dir = out.out_dir / "wandb"
     wandb_dir.mkdir(parents=True, exist_ok=True)
     name = "analysis-" + "+".join(Path(d).name for d in out.data.run_dirs)
-    provenance = {d: m.get("provenance", {}) for d, m in out.data.manifests.items()}
+    provenance = {d: asdict(m.provenance) for d, m in out.data.manifests.items()}
     run = wandb.init(
         project=project,
         entity=entity,

@@ -226,7 +226,7 @@ def run_slo(ctx: Context) -> dict[str, float]:
     if ctx.slo:
         return {**out, **ctx.slo}
     for manifest in ctx.data.manifests.values():
-        slo = (manifest.get("config") or {}).get("slo") or {}
+        slo = manifest.config.get("slo") or {}  # the run config's slo section
         for key in out:
             value = float(slo.get(key) or 0.0)
             if value > 0:

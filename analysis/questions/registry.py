@@ -58,8 +58,8 @@ def preset_questions(ctx: Context) -> list[str]:
     """The questions the run dirs' presets ask, in the order of their dirs."""
     out = []
     for manifest in ctx.data.manifests.values():
-        config = manifest.get("config", {})
-        name = config.get("name", "")
+        config = manifest.config  # the composed run config as JSON
+        name = config.get("name", "") or manifest.name
         if (config.get("workload") or {}).get("kind") == "trace":
             out.append("replay")  # whatever the preset, a replay's first answer is its own
         if name in PRESET_QUESTION:

@@ -139,7 +139,7 @@ def trace_name(ctx: Context) -> str:
     """The replayed file's name and format, from the runs' manifests."""
     names = []
     for manifest in ctx.data.manifests.values():
-        traffic = manifest.get("traffic") or {}
+        traffic = manifest.traffic or {}  # the replay's record (pdbench.traffic.replay)
         if traffic.get("path"):
             names.append(f"{Path(traffic['path']).name} ({traffic.get('format', '?')})")
     return ", ".join(dict.fromkeys(names)) or "?"

@@ -23,10 +23,16 @@ from pdbench.driver.slurm_state import live_jobs
 from pdbench.plan.deployments import Deployment, Plan
 from pdbench.results.jsonable import to_jsonable
 from pdbench.results.manifest import LaunchOrigin, mixed_launch_problem, with_launch
-from pdbench.results.store import RunStore
+from pdbench.results.store import CorruptRecord, RunStore, typed_manifest
 from pdbench.validate.environment import check_environment
+from records.manifest import Manifest
 from records.point import PointStatus
 from records.versions import SchemaVersionError
+
+NEWER_FIX = (
+    "resume it with the pdbench that recorded it (its manifest's provenance names the git "
+    "sha), or give this launch a new dir="
+)
 
 
 def point_states(plan: Plan, store: RunStore) -> dict[str, PointStatus]:
@@ -41,8 +47,7 @@ def point_states(plan: Plan, store: RunStore) -> dict[str, PointStatus]:
                     "dir",
                     str(store.root),
                     f"holds records this pdbench cannot read: {err}".split(". Fix: ")[0],
-                    "resume it with the pdbench that recorded it (its manifest's provenance "
-                    "names the git sha), or give this launch a new dir=",
+                    NEWER_FIX,
                 )
             ]
         ) from err
@@ -72,7 +77,7 @@ def search_done(store: RunStore, deployment_id: str) -> bool:
 
 
 def check_same_experiment(
-    config: dict[str, Any], manifest: dict[str, Any], store: RunStore, origin: LaunchOrigin
+    config: dict[str, Any], manifest: Manifest, store: RunStore, origin: LaunchOrigin
 ) -> None:
     """Refuse (``ConfigError``) a launch of ``config`` (the composed config as JSON) that
     measures something else than the dir's ``manifest`` holds (pdbench.results.manifest)."""
@@ -146,17 +151,36 @@ def check_no_leftovers(store: RunStore) -> None:
         )
 
 
-def check_no_live_jobs(store: RunStore, manifest: dict[str, Any], origin: LaunchOrigin) -> None:
+def typed_previous(previous: dict[str, Any], store: RunStore) -> Manifest:
+    """The dir's manifest typed ({}: none yet, or set aside); one a newer pdbench wrote is
+    refused (``ConfigError`` naming its version), one that is no manifest is a corrupt one
+    (a launch sets it aside, as it does one that does not parse)."""
+    try:
+        return typed_manifest(previous, store.manifest_path)
+    except SchemaVersionError as err:
+        raise ConfigError(
+            [
+                ConfigProblem(
+                    "dir",
+                    str(store.root),
+                    f"holds a manifest this pdbench cannot read: {err}".split(". Fix: ")[0],
+                    NEWER_FIX,
+                )
+            ]
+        ) from None
+    except CorruptRecord:
+        return Manifest()
+
+
+def check_no_live_jobs(store: RunStore, manifest: Manifest, origin: LaunchOrigin) -> None:
     """Refuse (``ConfigError``) a launch into a dir whose SLURM jobs still run (a detached
     launch's, or one whose driver was lost): they measure its Points and hold its ports.
     Jobs this same command line submitted (an earlier launch of its ``-m`` sweep) are its
     own."""
     earlier = {
-        str(job.get("job_id", "")): job.get("deployment_id", "?")
-        for job in manifest.get("jobs") or []
-        if job.get("executor") == "slurm"
-        and str(job.get("job_id", "")).isdigit()
-        and job.get("invocation") != origin.invocation
+        job.job_id: job.deployment_id or "?"
+        for job in manifest.jobs
+        if job.executor == "slurm" and job.job_id.isdigit() and job.invocation != origin.invocation
     }
     states = live_jobs(list(earlier))  # one squeue call for them all
     live = [f"job {j} ({earlier[j]}) is {state}" for j, state in states.items()]
@@ -271,9 +295,10 @@ class RunDir:
         others = [to_jsonable(c) for c in also or []]
         # a manifest that does not parse is named here on a dry run, which writes nothing; a
         # launch sets it aside in ``write_manifest`` and names it there
-        manifest, note = store.previous_manifest(set_aside=False)
+        previous, note = store.previous_manifest(set_aside=False)
         if note and cfg.launch.dry_run:
             print(f"[pdbench] {note}", flush=True)
+        manifest = typed_previous(previous, store)
         if not cfg.launch.allow_mixed:
             for each in [config, *others]:
                 check_same_experiment(each, manifest, store, origin)

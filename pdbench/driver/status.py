@@ -12,6 +12,7 @@ from pdbench.driver.serve import serving_lines
 from pdbench.driver.slurm_state import slurm_state
 from pdbench.results.manifest import history_lines
 from pdbench.results.store import CorruptRecord, RunStore
+from records.manifest import JobEntry
 from records.point import PointStatus
 from records.versions import SchemaVersionError
 
@@ -29,11 +30,11 @@ def local_state(job_id: str) -> str:
     return f"running (local process {job_id})"
 
 
-def job_state(job: dict) -> str:
-    job_id = str(job.get("job_id", ""))
+def job_state(job: JobEntry) -> str:
+    job_id = job.job_id
     if not job_id:
         return "unknown (the manifest's entry names no job id)"
-    if job.get("executor") == "local":
+    if job.executor == "local":
         return local_state(job_id)
     state = slurm_state(job_id) if job_id.isdigit() else ""
     return state or "not known to SLURM (ended and purged, or another cluster's)"
@@ -139,26 +140,24 @@ def print_status(run_dir: str) -> None:
             "that `python -m pdbench` printed (results/<name>-<time>)."
         )
     try:
-        manifest = store.read_manifest()
+        manifest = store.manifest()
     except CorruptRecord as err:
         print_corrupt_manifest(store, err)
         return
-    print(f"run {manifest.get('name')} in {store.root}")
+    except SchemaVersionError as err:
+        raise SystemExit(f"dir={run_dir}: {err}") from None
+    print(f"run {manifest.name} in {store.root}")
     print("\n".join(history_lines(manifest)))
     for line in leftover_lines(store):
         print(line)
     for line in serving_lines(store.root):
         print(line)
-    for job in manifest.get("jobs", []):
-        if not isinstance(job, dict):
-            continue
-        print(f"  job {job.get('job_id', '?')} ({job.get('deployment_id', '?')}): {job_state(job)}")
-        print(f"    logs: {job.get('stdout', '?')}  {job.get('stderr', '?')}")
-    for dep in manifest.get("deployments", []):
-        if not isinstance(dep, dict):
-            continue
-        dep_id = str(dep.get("deployment_id", "?"))
-        points = [str(p) for p in dep.get("points") or []]
+    for job in manifest.jobs:
+        print(f"  job {job.job_id or '?'} ({job.deployment_id or '?'}): {job_state(job)}")
+        print(f"    logs: {job.stdout or '?'}  {job.stderr or '?'}")
+    for dep in manifest.deployments:
+        dep_id = dep.deployment_id or "?"
+        points = list(dep.points)
         counts, notes = count_points(store, points)
         corrupt = f"{counts['corrupt']} corrupt, " if counts["corrupt"] else ""
         print(

@@ -23,6 +23,8 @@ from typing import Any
 
 from pdbench.config.problems import ConfigProblem
 from pdbench.results.identity import differences, measured_config, operational_config
+from records.manifest import Launch, Manifest
+from records.versions import MANIFEST_SCHEMA
 
 SHOWN_DIFFERENCES = 12  # keys listed in a refusal; the rest counted
 
@@ -66,19 +68,19 @@ def when(at: float) -> str:
     return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(at)) if at else "?"
 
 
-def describe_launch(number: int, launch: dict[str, Any]) -> str:
+def describe_launch(number: int, launch: Launch) -> str:
     """``launch 2 (2025-01-02 10:00:01, host, git abc1234): python -m pdbench ...``"""
-    prov = launch.get("provenance") or {}
+    prov = launch.provenance
     where = ", ".join(
         x
         for x in (
-            when(launch.get("at", 0.0)),
-            prov.get("hostname", ""),
-            f"git {prov['git_sha'][:10]}" if prov.get("git_sha") else "",
+            when(launch.at),
+            prov.hostname,
+            f"git {prov.git_sha[:10]}" if prov.git_sha else "",
         )
         if x
     )
-    command = launch.get("command_line") or "(command line not recorded)"
+    command = launch.command_line or "(command line not recorded)"
     return f"launch {number} ({where}): {command}"
 
 
@@ -94,19 +96,19 @@ def changes(old_config: dict[str, Any], new_config: dict[str, Any]) -> list[str]
 
 
 def mixed_launch_problem(
-    manifest: dict[str, Any], config: dict[str, Any], origin: LaunchOrigin, run_dir: str
+    manifest: Manifest, config: dict[str, Any], origin: LaunchOrigin, run_dir: str
 ) -> ConfigProblem | None:
     """Why a launch of ``config`` (JSON) must not go into a dir holding ``manifest``; None
     when its measured config is one of the dir's launches', or the same invocation made one."""
-    history = launches(manifest)
+    history = manifest.history()
     if not history:
         return None
     new = measured_config(config)
-    if any(measured_config(launch["config"]) == new for launch in history):
+    if any(measured_config(launch.config) == new for launch in history):
         return None
-    if any(launch.get("invocation") == origin.invocation for launch in history):
+    if any(launch.invocation == origin.invocation for launch in history):
         return None
-    diffs = [differences(measured_config(launch["config"]), new) for launch in history]
+    diffs = [differences(measured_config(launch.config), new) for launch in history]
     closest = min(range(len(history)), key=lambda i: len(diffs[i]))
     shown = [
         f"    {key}: {_value(old)} (dir) -> {_value(value)} (this launch)"
@@ -166,18 +168,19 @@ def with_launch(
         "model_path": first["model_path"],
         "provenance": first["provenance"],
         "launches": history,
+        "schema_version": MANIFEST_SCHEMA,
     }
 
 
-def history_lines(manifest: dict[str, Any]) -> list[str]:
+def history_lines(manifest: Manifest) -> list[str]:
     """What ``status`` prints of the history: each launch, and what it changed against the
     dir's first launch."""
-    history = launches(manifest)
+    history = manifest.history()
     lines = []
     for number, launch in enumerate(history, 1):
         lines.append(f"  {describe_launch(number, launch)}")
         if number > 1:
-            changed = changes(history[0]["config"], launch["config"])
+            changed = changes(history[0].config, launch.config)
             if changed:
                 lines.append(f"    changed since launch 1: {'; '.join(changed)}")
     return lines

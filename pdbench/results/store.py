@@ -35,7 +35,8 @@ from records.point import (
     PointStatus,
     RequestRecord,
 )
-from records.read import RecordError
+from records.manifest import Manifest
+from records.read import RecordError, SchemaVersionError
 
 __all__ = ["write_json_atomic", "write_lines_atomic"]  # with the store: writers of run files
 
@@ -127,7 +128,13 @@ class RunStore:
         write_json_atomic(self.manifest_path, manifest)
 
     def read_manifest(self) -> dict[str, Any]:
+        """The manifest's JSON, for the code that writes it (``update_manifest``)."""
         return read_record(self.manifest_path)
+
+    def manifest(self) -> Manifest:
+        """The manifest typed (``records.read.manifest``): ``CorruptRecord`` when it does not
+        parse or is not a manifest, ``SchemaVersionError`` when a newer pdbench wrote it."""
+        return typed_manifest(self.read_manifest(), self.manifest_path)
 
     def previous_manifest(self, set_aside: bool) -> tuple[dict[str, Any], str]:
         """The dir's manifest (``{}`` for a new dir) and, when it does not parse, what became
@@ -264,3 +271,16 @@ class RunStore:
             return []
         lines = [line for line in path.read_text().splitlines() if line.strip()]
         return [read.request(json.loads(line), str(path)) for line in lines]
+
+
+def typed_manifest(data: dict[str, Any], path: Path) -> Manifest:
+    """A manifest's JSON as its ``Manifest`` ({}: a dir with none yet); one that is not a
+    manifest is ``CorruptRecord``, a newer one ``SchemaVersionError``."""
+    if not data:
+        return Manifest()
+    try:
+        return read.manifest(data, str(path))
+    except SchemaVersionError:
+        raise
+    except RecordError as err:
+        raise CorruptRecord(path, str(err)) from err

@@ -8,12 +8,13 @@ import pytest
 
 from analysis.questions.crossover import design_measures_no_crossover
 from analysis.questions.registry import QUESTIONS, ordered, preset_questions
+from records.manifest import Manifest
 
 pytestmark = pytest.mark.unit
 
 
 def ctx_of(*names: str):
-    manifests = {f"/runs/{n}": {"config": {"name": n}} for n in names}
+    manifests = {f"/runs/{n}": Manifest(name=n, config={"name": n}) for n in names}
     return SimpleNamespace(data=SimpleNamespace(manifests=manifests))
 
 

@@ -202,7 +202,7 @@ def test_a_manifest_entry_missing_keys_is_shown_not_a_key_error(tmp_path, capsys
     cfg = cpu_run(dir=str(tmp_path))
     write_manifest([to_jsonable(cfg)], make_plan(cfg), RunStore(tmp_path), "/model")
     manifest = RunStore(tmp_path).read_manifest()
-    manifest["jobs"] = [{"deployment_id": "x"}, {"job_id": "123"}, "junk"]
+    manifest["jobs"] = [{"deployment_id": "x"}, {"job_id": "123"}]
     manifest["deployments"].append({"points": ["nope"]})
     manifest["launches"].append({"at": 0})
     (tmp_path / "manifest.json").write_text(json.dumps(manifest))
@@ -210,6 +210,25 @@ def test_a_manifest_entry_missing_keys_is_shown_not_a_key_error(tmp_path, capsys
     out = capsys.readouterr().out
     assert "job ? (x): unknown (the manifest's entry names no job id)" in out
     assert "job 123 (?): " in out and "deployment ?: 0 ok, 0 failed, 1 pending of 1" in out
+    # an entry that is no job at all: the manifest is no manifest, said as a corrupt one
+    manifest["jobs"].append("junk")
+    (tmp_path / "manifest.json").write_text(json.dumps(manifest))
+    print_status(str(tmp_path))
+    out = capsys.readouterr().out
+    assert "corrupt record" in out and "sets the corrupt manifest aside" in out
+
+
+def test_a_manifest_of_a_newer_pdbench_is_refused_by_name(tmp_path):
+    """status and a relaunch name the version; neither reads it as its own."""
+    cfg = cpu_run(dir=str(tmp_path))
+    write_manifest([to_jsonable(cfg)], make_plan(cfg), RunStore(tmp_path), "/model")
+    manifest = RunStore(tmp_path).read_manifest()
+    assert manifest["schema_version"] == 1  # written with its version
+    (tmp_path / "manifest.json").write_text(json.dumps({**manifest, "schema_version": 99}))
+    with pytest.raises(SystemExit, match="schema_version 99; this pdbench reads up to 1"):
+        print_status(str(tmp_path))
+    with pytest.raises(ConfigError, match="holds a manifest this pdbench cannot read"):
+        RunDir.open(cfg, make_plan(cfg), LaunchOrigin.of([]), claim=False)
 
 
 def test_a_dry_run_into_a_dir_with_records_says_what_it_skips_first(tmp_path, capsys):

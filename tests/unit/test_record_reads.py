@@ -41,13 +41,12 @@ RECORD_TYPES = (
     trace.TransferTraceRecord,
     bench.TransferRecord,
 )
-MANIFEST = "the run dir's manifest (not typed yet: issue 39's next step)"
+MANIFEST = "the manifest's config or traffic section: the run config's JSON, not a record"
 HTTP = "an HTTP body of the OpenAI API or the router's own endpoints, not a record"
 # file -> {word: why it is no record read}
 NOT_RECORDS: dict[str, dict[str, str]] = {
     "analysis/questions/replay.py": {"path": MANIFEST},
     "analysis/questions/registry.py": {w: MANIFEST for w in ("name", "workload", "kind")},
-    "analysis/output/tables.py": {w: MANIFEST for w in ("job_id", "name")},
     "analysis/whatif.py": {w: "the --what-if arguments" for w in ("model", "deployment")},
     "jobs/serving/client_commands.py": {"model": "the model section of a tokenizer.json"},
     "pdbench/driver/serve.py": {
@@ -55,8 +54,6 @@ NOT_RECORDS: dict[str, dict[str, str]] = {
         "model": "serve/<deployment>.json, the serve record",
         "flow": HTTP,
     },
-    "pdbench/driver/status.py": {w: MANIFEST for w in ("job_id", "name", "deployment_id")},
-    "pdbench/driver/run_dir.py": {w: MANIFEST for w in ("job_id", "deployment_id")},
     "jobs/measure/ttft_split.py": {
         w: "the connector's timing rows (timing/*.jsonl)" for w in ("request_id", "load_s")
     },
