@@ -116,7 +116,11 @@ class SearchPoints:
         with_requests = [
             (r, self.store.read_requests(r.point_id)) for r in records if r.status == PointStatus.ok
         ]
-        readings = search_judge.readings_of_records(with_requests, self.dep.deployment_id)
+        try:
+            readings = search_judge.readings_of_records(with_requests, self.dep.deployment_id)
+        except Exception as exc:  # noqa: BLE001 - an analysis bug must not end the run
+            say(f"search: the analysis could not read the records ({type(exc).__name__}: {exc})")
+            readings = {}  # each load undetermined: its first lengths measured again
         return search_judge.estimates(self.plan, readings, observations(records, self.pull_flow))
 
     def _next_round(self) -> Round:

@@ -63,3 +63,29 @@ def test_the_search_says_what_the_analysis_says_of_the_same_records(recorded):
         )
     # two loads, two answers apart: the search reads each on its own records
     assert standing[1].estimate < 0.7 * standing[0].estimate
+
+
+def test_an_analysis_that_cannot_read_the_records_leaves_the_search_running(
+    recorded, monkeypatch, capsys
+):
+    """A bug in the analysis must not end a long run: the loads are undetermined (their
+    lengths measured again) and the job's log says why."""
+    root, deployment_id = recorded
+
+    def broken(*_args):
+        raise ZeroDivisionError("planted")
+
+    monkeypatch.setattr("jobs.run.search_judge.readings_of_records", broken)
+    plan = cs.search_plan(
+        SearchConfig(), 8_000, sorted(LOADS), 2, flows=(Flow.recompute, Flow.pull)
+    )
+    search = SearchPoints(
+        SimpleNamespace(deployment_id=deployment_id, flow=None), [], [], plan, RunStore(root)
+    )
+    standing = search.standing(RunStore(root).iter_points())
+    assert [e.shape for e in standing] == [cs.SearchShape.UNDETERMINED] * 2
+    assert all(e.next_lengths and not e.done for e in standing)
+    assert (
+        "the analysis could not read the records (ZeroDivisionError: planted)"
+        in capsys.readouterr().out
+    )
