@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import Enum
+from typing import Any
 
 # ---- model arithmetic: the one place (validation, the transfer bench, analysis) ----
 
@@ -99,6 +100,22 @@ def llama_parameter_count(
     mlp = 3 * hidden_size * intermediate_size
     embeddings = vocab_size * hidden_size * (1 if tie_word_embeddings else 2)
     return num_layers * (attention + mlp + 2 * hidden_size) + embeddings + hidden_size
+
+
+def parameters_of(shape: Any, head_dim: int | None = None) -> int:
+    """``llama_parameter_count`` of anything with a model shape's attributes (a config's
+    model settings, ``records.model.ModelShape``); ``head_dim``: the resolved one, where
+    ``shape.head_dim`` may be 0 (hidden / heads)."""
+    return llama_parameter_count(
+        hidden_size=shape.hidden_size,
+        intermediate_size=shape.intermediate_size,
+        num_layers=shape.num_layers,
+        num_attention_heads=shape.num_attention_heads,
+        num_kv_heads=shape.num_kv_heads,
+        head_dim=head_dim or shape.head_dim,
+        vocab_size=shape.vocab_size,
+        tie_word_embeddings=shape.tie_word_embeddings,
+    )
 
 
 # ---- KV cache geometry ----

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from conf import model_sections
-from connector.layout import dtype_nbytes, kv_bytes_per_token, llama_parameter_count
+from connector.layout import dtype_nbytes, kv_bytes_per_token, parameters_of
 from records.model import ModelShape as RecordedShape
 
 
@@ -42,16 +42,7 @@ class ModelShape(RecordedShape):
     @property
     def params(self) -> int:
         """Every weight: layers (matmuls + 2 norms), final norm, embedding, LM head."""
-        return llama_parameter_count(
-            hidden_size=self.hidden_size,
-            intermediate_size=self.intermediate_size,
-            num_layers=self.num_layers,
-            num_attention_heads=self.num_attention_heads,
-            num_kv_heads=self.num_kv_heads,
-            head_dim=self.head_dim,
-            vocab_size=self.vocab_size,
-            tie_word_embeddings=self.tie_word_embeddings,
-        )
+        return parameters_of(self)
 
     @property
     def kv_bytes_per_token(self) -> int:

@@ -14,7 +14,7 @@ from typing import Any, Optional
 from omegaconf import MISSING, OmegaConf
 
 from connector.bench_config import TransferBenchConfig
-from connector.layout import llama_parameter_count
+from connector.layout import parameters_of
 from pdbench.config.axes import Level, axis
 from pdbench.config.bounds import MANY, PORT, SEED, TOKENS, WEEK_S, bounded
 from records.model import ModelShape
@@ -247,16 +247,7 @@ class ModelConfig:
 
     def parameter_count(self) -> int:
         """Parameters of this Llama-shaped decoder (``connector.layout``'s arithmetic)."""
-        return llama_parameter_count(
-            hidden_size=self.hidden_size,
-            intermediate_size=self.intermediate_size,
-            num_layers=self.num_layers,
-            num_attention_heads=self.num_attention_heads,
-            num_kv_heads=self.num_kv_heads,
-            head_dim=self.resolved_head_dim,
-            vocab_size=self.vocab_size,
-            tie_word_embeddings=self.tie_word_embeddings,
-        )
+        return parameters_of(self, self.resolved_head_dim)
 
 
 @dataclass

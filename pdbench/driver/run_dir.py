@@ -35,22 +35,19 @@ NEWER_FIX = (
 )
 
 
+def newer_than_this(store: RunStore, what: str, err: SchemaVersionError) -> ConfigError:
+    """The refusal of a dir holding ``what`` a newer pdbench wrote (its version named)."""
+    message = f"holds {what} this pdbench cannot read: {err}".split(". Fix: ")[0]
+    return ConfigError([ConfigProblem("dir", str(store.root), message, NEWER_FIX)])
+
+
 def point_states(plan: Plan, store: RunStore) -> dict[str, PointStatus]:
     """Every planned Point's status in the dir (each record read once); ``ConfigError`` when a
     record was written by a newer pdbench: it is neither resumed as ok nor measured over."""
     try:
         return {p.point_id: store.point_status(p.point_id) for p in plan.all_points()}
     except SchemaVersionError as err:
-        raise ConfigError(
-            [
-                ConfigProblem(
-                    "dir",
-                    str(store.root),
-                    f"holds records this pdbench cannot read: {err}".split(". Fix: ")[0],
-                    NEWER_FIX,
-                )
-            ]
-        ) from err
+        raise newer_than_this(store, "records", err) from err
 
 
 def pending_deployments(
@@ -158,16 +155,7 @@ def typed_previous(previous: dict[str, Any], store: RunStore) -> Manifest:
     try:
         return typed_manifest(previous, store.manifest_path)
     except SchemaVersionError as err:
-        raise ConfigError(
-            [
-                ConfigProblem(
-                    "dir",
-                    str(store.root),
-                    f"holds a manifest this pdbench cannot read: {err}".split(". Fix: ")[0],
-                    NEWER_FIX,
-                )
-            ]
-        ) from None
+        raise newer_than_this(store, "a manifest", err) from None
     except CorruptRecord:
         return Manifest()
 
