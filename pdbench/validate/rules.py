@@ -594,8 +594,9 @@ def check_extra_args(cfg: RunConfig) -> list[ConfigProblem]:
 
 
 def check_cpu_memory(cfg: RunConfig) -> list[ConfigProblem]:
-    """On CPU: one full-length sequence fits the KV cache; the servers fit this machine."""
-    if not _on_cpu(cfg):
+    """On CPU: one full-length sequence fits the KV cache; the servers fit this machine (the
+    transfer bench starts no server: its buffers are what ``bench`` sizes)."""
+    if not _on_cpu(cfg) or cfg.command is Command.transfer_bench:
         return []
     s, m = cfg.server, cfg.model
     out = Problems()

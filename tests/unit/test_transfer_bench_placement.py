@@ -60,3 +60,12 @@ def test_what_a_gpu_cluster_cannot_measure_is_refused_with_the_fix():
     assert "tiny generated model" in tiny["model"] and "4.0 MiB" in tiny["model"]
     one_gpu = [*GPU, "transport=nvlink", "cluster.gpus_per_node=1"]
     assert "one GPU each" in fields(compose_job(one_gpu))["cluster.gpus_per_node"]
+
+
+def test_the_presets_table_line_validates_on_a_cpu_machine():
+    """README's presets table: `+experiment=transfer_bench model=llama3_8b` on this machine.
+    The bench starts no vLLM server, so the servers' memory checks (a 131k-token sequence in
+    1 GiB of CPU KV cache, 2 x 15 GiB of weights) do not apply to it."""
+    cfg = compose_job(["+experiment=transfer_bench", "model=llama3_8b"])
+    assert validate(cfg) == [], [str(p) for p in validate(cfg)]
+    assert fields(compose_job(["+experiment=smoke", "model=llama3_8b"]))  # servers: refused
