@@ -82,13 +82,33 @@ def run_dir_of(job) -> str:
     return str(folder.parent) if folder.name == "submitit" else ""
 
 
+# What a task says when it cannot unpickle the job the driver pickled: it runs another
+# pdbench than the driver's (an image built from another checkout, another venv).
+OTHER_PDBENCH = (
+    "Can't get attribute",
+    "No module named 'pdbench",
+    "No module named 'jobs",
+    "No module named 'records",
+    "No module named 'connector",
+    "UnpicklingError",
+)
+
+
 def failure_line(trace: str) -> str:
     """The job's own one-line failure (``pdbench.results.disk.RunFailure``) in submitit's
-    text of the job's traceback; "" when it failed otherwise."""
+    text of the job's traceback, or what a task that could not load the job means; "" when
+    it failed otherwise."""
     for line in reversed(trace.splitlines()):
         _, sep, message = line.partition(f"{FAILURE}: ")
         if sep and message.strip():
             return message.strip()
+    found = next((x.strip() for x in trace.splitlines() if any(m in x for m in OTHER_PDBENCH)), "")
+    if found:
+        return (
+            f"the tasks could not load the job this driver pickled ({found[:160]}): they run "
+            "another pdbench than this one. Fix: rebuild the image from this checkout (make "
+            "image) for cluster.container_image, or point cluster.python at this venv"
+        )
     return ""
 
 

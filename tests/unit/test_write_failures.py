@@ -52,3 +52,21 @@ def test_the_driver_shows_the_jobs_own_line_and_nothing_else():
 
 def test_a_disk_with_room_is_not_full(tmp_path):
     assert disk.full_disk(tmp_path, str(tmp_path)) is None  # the test's own disk has room
+
+
+def test_a_task_running_another_pdbench_is_said_with_the_fix():
+    """An image built from another checkout cannot unpickle the driver's job: the trace's
+    AttributeError becomes what it means (issue 37: the image's pdbench unchecked)."""
+    trace = "\n".join(
+        [
+            "Job (task=0) failed during processing with trace:",
+            "Traceback (most recent call last):",
+            '  File "submitit/core/submission.py", line 55, in process_job',
+            "AttributeError: Can't get attribute 'DeploymentJob' on <module 'jobs.entry'>",
+        ]
+    )
+    line = failure_line(trace)
+    assert line.startswith("the tasks could not load the job this driver pickled")
+    assert "make image" in line and "cluster.python" in line
+    assert failure_line("Traceback ...\nModuleNotFoundError: No module named 'records'\n")
+    assert failure_line("Traceback ...\nValueError: something else\n") == ""
