@@ -527,36 +527,14 @@ def write_records(root: str | Path, synthetic: Synthetic) -> RunStore:
 def write_synthetic_run(
     root: str | Path,
     deployments: list[SyntheticDeployment] | None = None,
-    histories: tuple[int, ...] = (0, 256, 512, 1024, 1536),
-    turns: int = 3,
-    conversations: int = 2,
-    user_tokens: int = 64,
-    output_tokens: int = 16,
-    flows: tuple[str, ...] = ("agg", "recompute", "pull", "decode_first"),
-    noise: float | Noise = 0.0,
-    seed: int = 0,
-    kind: str = "multi_turn",
     failed_point: bool = False,
     bench: bool = True,
-    traces: bool = True,
-    repetitions: int = 3,
+    **shape: Any,
 ) -> Path:
-    """Write the run (manifest, Points, requests, traces, transfer bench); returns its root."""
+    """Write the run (manifest, Points, requests, traces, transfer bench); returns its root.
+    ``shape``: ``synthetic_records``' keywords (histories, turns, flows, noise, seed ...)."""
     deployments = deployments or [SyntheticDeployment()]
-    records = synthetic_records(
-        deployments,
-        histories,
-        turns,
-        conversations,
-        user_tokens,
-        output_tokens,
-        flows,
-        noise,
-        seed,
-        kind,
-        repetitions,
-        traces,
-    )
+    records = synthetic_records(deployments, **shape)
     store = RunStore(root)
     store.write_manifest(
         {
@@ -586,7 +564,11 @@ def write_synthetic_run(
             error="RuntimeError: decode server died\nTraceback ...",
             flow="pull",
             deployment=dep.record(),
-            workload={"kind": "multi_turn", "history_tokens": 99999, "turns": turns},
+            workload={
+                "kind": "multi_turn",
+                "history_tokens": 99999,
+                "turns": shape.get("turns", 3),
+            },
         )
         store.write_point(result, [])
     return store.root

@@ -19,6 +19,7 @@ from typing import Any
 NO_LEASE_KEY = "pdbench_no_lease"  # in D's kv_transfer_params: free the blocks at once
 
 logger = logging.getLogger("vllm.pdbench.no_lease")
+_warned: list[bool] = []  # whether the scheduler's shape was found unknown (said once)
 
 
 def wants_no_lease(params: dict[str, Any] | None) -> bool:
@@ -33,7 +34,9 @@ def release(scheduler: Any, request_id: str) -> bool:
     need_send = getattr(scheduler, "_reqs_need_send", None)
     not_processed = getattr(scheduler, "_reqs_not_processed", None)
     if not isinstance(need_send, dict) or not isinstance(not_processed, set):
-        logger.warning("pdbench: this vLLM's NIXL scheduler keeps leases its own way: kept")
+        if not _warned:  # once: the same for every request after
+            _warned.append(True)
+            logger.warning("pdbench: this vLLM's NIXL scheduler keeps leases its own way: kept")
         return False
     need_send.pop(request_id, None)
     not_processed.add(request_id)

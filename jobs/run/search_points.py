@@ -27,7 +27,7 @@ from pdbench.plan.crossover_search import (
 from pdbench.plan.deployments import Deployment
 from pdbench.plan.points import Point, make_point, randomized_blocks, shape_workload
 from pdbench.results.store import RunStore, write_json_atomic
-from records.point import PointResult, PointStatus
+from records.point import PointResult, PointStatus, RequestRecord
 
 ROUND_SEED_STRIDE = 7919  # round r's blocks are shuffled with order_seed + stride * r
 
@@ -86,6 +86,7 @@ class SearchPoints:
         flows = {f.value for f in plan.flows}
         self.pull_flow = "pull" if "pull" in flows else "decode_first"
         self._labels: dict[str, str] = {}
+        self._read: dict[str, list[RequestRecord]] = {}  # ok Points' request records
 
     def warm_up_points(self) -> list[Point]:
         return self.first.warm_up_points()
@@ -110,11 +111,18 @@ class SearchPoints:
         mine = self.dep.deployment_id
         return [r for r in self.store.iter_points() if r.deployment_view.deployment_id == mine]
 
+    def _requests(self, point_id: str) -> list[RequestRecord]:
+        """A Point's request records, read once: an ok record is never rewritten, and each
+        round reads every earlier one again."""
+        if point_id not in self._read:
+            self._read[point_id] = self.store.read_requests(point_id)
+        return self._read[point_id]
+
     def standing(self, records: list[PointResult]) -> list[LoadEstimate]:
         """Where each load stands: the analysis's reading of these records (its request
         records read from the store), steered by (``jobs.run.search_judge``)."""
         with_requests = [
-            (r, self.store.read_requests(r.point_id)) for r in records if r.status == PointStatus.ok
+            (r, self._requests(r.point_id)) for r in records if r.status == PointStatus.ok
         ]
         try:
             readings = search_judge.readings_of_records(with_requests, self.dep.deployment_id)
