@@ -10,7 +10,7 @@ GPU_STAMP := $(VENV)/.pdbench-gpu-installed
 # `import vllm` ("operator torchvision::nms does not exist"), so they are removed after.
 CPU_EXTRAS := cpu,dev
 
-.PHONY: demo test test-unit test-e2e test-slurm test-gpu lint format install install-gpu image system-deps clients slurm-up slurm-down clean
+.PHONY: demo docs test test-unit test-e2e test-slurm test-gpu lint format install install-gpu image system-deps clients slurm-up slurm-down clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -69,6 +69,11 @@ demo: install
 	$(BIN)/python -m pdbench +experiment=smoke
 	$(BIN)/python -m analysis $$(ls -td results/smoke-* | head -1)
 
+# The docs site (docs/, mkdocs.yml) into site/: strict, so a broken link, a page left out of
+# the nav or any warning fails it; the configuration reference is generated from the schema.
+docs: install
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet
+
 # Both tiers on TEST_WORKERS pytest-xdist workers. e2e: one worker's servers start (CPU)
 # while the other's runs wait (SLURM requeues, paced arrivals, TTLs); tests/e2e/conftest.py
 # keeps what shares a resource in one worker and gives each worker its own ports.
@@ -78,7 +83,7 @@ E2E_PARALLEL := -n $(TEST_WORKERS) --dist loadgroup
 # The clients' venv builds (first time only) while ruff and the unit tier run.
 test: install system-deps
 	scripts/clients-venv.sh > .clients-venv.log 2>&1 & built=$$!; \
-	  $(BIN)/ruff check . && $(BIN)/pytest -m unit -q -n $(TEST_WORKERS); rc=$$?; \
+	  $(BIN)/ruff check . && NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet && $(BIN)/pytest -m unit -q -n $(TEST_WORKERS); rc=$$?; \
 	  wait $$built || { cat .clients-venv.log; exit 1; }; exit $$rc
 	scripts/local-slurm.sh start
 	$(BIN)/pytest -m "e2e or gpu" -q --durations=20 $(E2E_PARALLEL); rc=$$?; scripts/local-slurm.sh stop; exit $$rc

@@ -44,9 +44,13 @@ class BlockOrder(Enum):
 
 @dataclass
 class TransferBenchConfig:
+    # History lengths in tokens whose KV is moved, one case each.
     tokens: list[int] = field(default_factory=lambda: [256, 1024, 4096])
+    # KV layouts measured (HND: vLLM's NIXL layout, heads outermost; NHD).
     layouts: list[KVLayout] = field(default_factory=lambda: [KVLayout.HND, KVLayout.NHD])
+    # P TP -> D TP pairs: D's ranks each read their share of every block.
     tp_splits: list[str] = field(default_factory=lambda: ["1->1", "1->2"])  # "P->D"
+    # NIXL operations: READ (what the connector does: D's side pulls) and WRITE.
     ops: list[XferOp] = field(default_factory=lambda: [XferOp.READ, XferOp.WRITE])
     descs_per_block: list[int] = field(default_factory=lambda: [1])  # runs cut into N descs
     # NIXL merges descriptors adjacent on both sides (the pieces of one cut block are): false
@@ -55,17 +59,23 @@ class TransferBenchConfig:
     # UCX_TLS variants, each measured ("": UCX's own choice); a run config's default is its
     # transport's (conf/config.yaml: [${transport.ucx_tls}])
     ucx_tls: list[str] = field(default_factory=lambda: [""])
+    # Where the buffers live: DRAM, VRAM, or auto (VRAM on a GPU cluster, DRAM on CPU).
     memory: MemoryKind = MemoryKind.auto
+    # scattered (a server's block table: seeded permutation) or contiguous blocks.
     block_order: BlockOrder = BlockOrder.scattered
     # NIXL's progress thread spins one core per agent (vLLM runs with it). Off, the initiator
     # drives its transfer by polling and the target progresses while waiting for messages.
     progress_thread: bool = False
+    # Timed transfers per case.
     iterations: int = 10
+    # Untimed transfers before them.
     warmup: int = 2
+    # Timed local copies per case: the memory bandwidth each case is compared with.
     memcpy_iterations: int = 5
     memcpy_min_bytes: int = 64 << 20  # copy at least this much: memory bandwidth, not cache
     flag_ratio: float = 0.1  # flag GB/s below this share of memcpy or transport.expected_gb_s
     flag_min_bytes: int = 1 << 20  # smaller transfers are latency-bound: never flagged
     rendezvous_timeout_s: float = 300.0  # waiting for the peer's agent (startup included)
     step_timeout_s: float = 120.0  # waiting for one transfer or one peer message
+    # Seed of the scattered block order.
     seed: int = 0

@@ -29,7 +29,7 @@ class ExecutorKind(Enum):
 
 
 class Flow(Enum):
-    """How the router serves one conversation turn (README.md, "Flows"; jobs/serving/router.py)."""
+    """How the router serves one conversation turn (docs/flows.md; jobs/serving/router.py)."""
 
     agg = "agg"
     recompute = "recompute"
@@ -156,9 +156,13 @@ OnFailure.__doc__ = "What a launch does after a failed Deployment (``launch.on_f
 class ClusterConfig:
     """Where jobs run and what each node offers."""
 
+    # The cluster file's name (conf/cluster/<name>.yaml), shown in the dry run and records.
     name: str = "local"
+    # local processes, SLURM jobs, or submitit's in-process debug executor.
     executor: ExecutorKind = ExecutorKind.local
+    # Nodes one job may use; the topology's instances are placed on them.
     nodes: int = bounded(1, low=1, high=10_000)
+    # GPUs of a node; 0: a CPU cluster (vLLM-CPU, CPU defaults chosen by by_device).
     gpus_per_node: int = bounded(0, low=0, high=64)
     # Memory of one GPU in GiB as nvidia-smi reports it (memory.total MiB / 1024); 0: unknown,
     # the weights-fit check is skipped. The preflight compares it with the nodes' GPUs.
@@ -170,9 +174,13 @@ class ClusterConfig:
     cpus_per_node: int = bounded(
         0, low=0, high=4096
     )  # 0: the cores of the machine running the driver
+    # sbatch --partition; "": the site's default.
     partition: str = ""
+    # sbatch --account; "": none.
     account: str = ""
+    # sbatch --qos; "": none.
     qos: str = ""
+    # A job's time limit (sbatch --time); a job cut by it is requeued (max_requeues).
     time_limit_min: int = bounded(60, low=1, high=43_200)
     # Seconds before the time limit SLURM sends USR2 (sbatch --signal=USR2@N): the job
     # checkpoints, requeues itself and stops its servers; the requeued job measures the
@@ -186,14 +194,20 @@ class ClusterConfig:
     # nodes: exclusive or GPUs) every core SLURM allocates on the node.
     cpus_per_task: int = bounded(0, low=0, high=4096)
     mem_gb: int = bounded(0, low=0, high=100_000)  # 0: SLURM's default
+    # sbatch --constraint (node features); "": none.
     constraint: str = ""
+    # sbatch --exclusive: the nodes run nothing else.
     exclusive: bool = False
+    # SLURM array jobs running at once (one job per Deployment).
     array_parallelism: int = bounded(4, low=1, high=10_000)
     # sbatch --wckey; "": none (submitit would write --wckey=submitit, which sites that
     # enforce wckeys reject).
     wckey: str = ""
+    # Further sbatch fields by name (submitit's slurm_additional_parameters).
     additional_parameters: dict[str, Any] = field(default_factory=dict)
+    # Shell lines the batch script runs on the host before the tasks (module load ...).
     setup: list[str] = field(default_factory=list)
+    # Environment of every task (and, in containers, passed into the image).
     env: dict[str, str] = field(default_factory=dict)
     python: str = ""  # interpreter on the nodes; "": the driver's sys.executable
     # pyxis/enroot containers (SLURM only): each task runs in this image (an enroot URI like
@@ -220,19 +234,31 @@ class ClusterConfig:
 class ModelConfig:
     """The served model's shape; ``path`` empty with ``generate`` builds a tiny random Llama."""
 
+    # The model's name as the servers serve it (--served-model-name) and records name it.
     name: str = MISSING
+    # Weights directory or hub id every node reads; "" with generate: the tiny model built here.
     path: str = ""
+    # Build a random-weight Llama of this shape (and its tokenizer) under cache_dir; no download.
     generate: bool = False
+    # Transformer layers (config.json num_hidden_layers).
     num_layers: int = bounded(MISSING, low=1, high=10_000)
+    # Model width (config.json hidden_size).
     hidden_size: int = bounded(MISSING, low=1, high=MANY)
+    # Query heads (config.json num_attention_heads).
     num_attention_heads: int = bounded(MISSING, low=1, high=10_000)
+    # KV heads (config.json num_key_value_heads): with head_dim, the KV bytes per token.
     num_kv_heads: int = bounded(MISSING, low=1, high=10_000)
     head_dim: int = bounded(0, low=0, high=65_536)  # 0: hidden_size // num_attention_heads
+    # MLP width (config.json intermediate_size).
     intermediate_size: int = bounded(MISSING, low=1, high=10 * MANY)
+    # Vocabulary size (config.json vocab_size).
     vocab_size: int = bounded(MISSING, low=1, high=10 * MANY)
+    # Context length the servers allow (--max-model-len): bounds history plus turn.
     max_model_len: int = bounded(2048, low=1, high=TOKENS)
+    # Weights' and activations' dtype (vLLM --dtype).
     dtype: Dtype = Dtype.bfloat16
     tie_word_embeddings: bool = False  # config.json's; true: one embedding matrix, not two
+    # Seed of the generated model's random weights.
     seed: int = bounded(0, low=0, high=SEED)
 
     @property
@@ -254,7 +280,9 @@ class ModelConfig:
 class RoleSpec:
     """How many instances of one role and the tensor-parallel size of each."""
 
+    # Instances of this role (0: none).
     count: int = bounded(1, low=0, high=1000)
+    # Tensor-parallel size of each instance (GPUs, or CPU ranks).
     tp: int = bounded(1, low=1, high=1024)
 
 
@@ -262,10 +290,15 @@ class RoleSpec:
 class TopologyConfig:
     """The instances of a deployment: prefill and decode roles (``count: 0`` for none)."""
 
+    # The topology file's name (conf/topology/<name>.yaml).
     name: str = "1p1d"
+    # Prefill instances and the TP of each.
     prefill: RoleSpec = field(default_factory=RoleSpec)
+    # Decode instances and the TP of each.
     decode: RoleSpec = field(default_factory=RoleSpec)
+    # Aggregated instances (prefill and decode in one server; the agg flow's).
     agg: RoleSpec = field(default_factory=lambda: RoleSpec(count=0, tp=1))
+    # Decode instances on the prefill instances' node or on other nodes.
     placement: Placement = Placement.same_node
 
 
@@ -273,10 +306,15 @@ class TopologyConfig:
 class TransportConfig:
     """How KV moves between instances: NIXL backend, memory kind and UCX settings."""
 
+    # The transport file's name (conf/transport/<name>.yaml): what the answer calls the fabric.
     name: str = "dram"
+    # Where vLLM's NIXL connector keeps the KV it moves (kv_buffer_device).
     kv_buffer_device: KvBufferDevice = KvBufferDevice.cpu
+    # NIXL backends of the connector (kv_connector_extra_config backends).
     backends: list[str] = field(default_factory=lambda: ["UCX"])
+    # UCX_TLS of every P/D server; "": UCX's own choice.
     ucx_tls: str = ""
+    # UCX_NET_DEVICES of every P/D server (e.g. mlx5_0:1); "": UCX's own choice.
     ucx_net_devices: str = ""
     # UCX transports (names or aliases: rc, sm, cuda...) at least one of which must carry
     # the KV: the preflight checks each node has one, Points are flagged when none did.
@@ -288,6 +326,7 @@ class TransportConfig:
     # The transfer preflight (one KV-shaped NIXL read before any server starts) fails a run
     # reading under this share of expected_gb_s; 0 (or expected_gb_s 0, as on CPU): no floor.
     preflight_floor_share: float = bounded(0.1, low=0, high=1)
+    # Further environment of every P/D server for this transport (UCX_* settings).
     env: dict[str, str] = field(default_factory=dict)
 
 
@@ -308,13 +347,16 @@ class FlowConfig:
     # starting occupancy, at most TTL + 5 s: the blocks the TTL alone holds, measured (and
     # the next Point starts without them).
     kv_tail: bool = False
+    # decode_first: D serves a turn alone when it holds at least this share of the prompt.
     cache_hit_threshold: float = bounded(0.8, low=0, high=1)
+    # decode_first: the flow of a turn D does not serve alone (pull or recompute).
     decode_first_fallback: Flow = Flow.pull
     # flow policy: the policy.json (``python -m analysis`` of an earlier run) whose rule the
     # router applies per turn (pdbench/results/policy_rule.py). Its entry must be for this
     # deployment (model, transport, TP pair, topology class, block size); policy_force runs
     # the nearest entry anyway, and the records say so.
     policy: str = ""
+    # Run the policy file's nearest entry when none is for this deployment (warned, recorded).
     policy_force: bool = False
     # A request that names no conversation (no X-Session-ID, X-Correlation-ID, ...): the
     # router finds the conversation whose tokens on D its prompt extends (a prefix match),
@@ -346,7 +388,7 @@ class TraceTiming(StrEnum):
 
 @dataclass
 class TraceConfig:
-    """A trace to replay (workload=trace; README, "Bring your own traffic"): read, cut to a
+    """A trace to replay (workload=trace; docs/traffic.md): read, cut to a
     window, scaled to the machine, offered as recorded or by the workload's arrivals."""
 
     path: str = ""  # the trace file (relative paths: from where pdbench is started)
@@ -355,6 +397,8 @@ class TraceConfig:
     # every length times this (at least 1 token): 1/64 turns a 6,758-token prompt into 106
     length_scale: float = bounded(1.0, low=0, high=1, above=True)
     speedup: float = bounded(1.0, low=0, high=MANY, above=True)  # recorded times / this
+    # When turns go out: recorded times, the workload's arrivals, or auto (recorded if the trace has
+    # times).
     timing: TraceTiming = TraceTiming.auto
     start_s: float = bounded(0.0, low=0, high=100 * WEEK_S)  # the window, on the trace's clock
     end_s: float = bounded(0.0, low=0, high=100 * WEEK_S)  # 0: to the end
@@ -370,13 +414,17 @@ class TraceConfig:
 class WorkloadConfig:
     """Multi-turn conversations: N conversations x T turns of U user and O output tokens."""
 
+    # How conversations are shaped: multi_turn, long_doc, agentic, or a trace replayed.
     kind: WorkloadKind = WorkloadKind.multi_turn
     # Point axes (servers stay up): a value or a list, every value measured.
     conversations: list[int] = axis(Level.point, [4], low=1, high=MANY)  # the working set
+    # Turns per conversation.
     turns: int = bounded(4, low=1, high=10_000)
     # > turns: each conversation has a number of turns drawn uniformly in [turns, turns_max]
     turns_max: int = bounded(0, low=0, high=10_000)
+    # Tokens of each user message (U).
     user_tokens: int = bounded(64, low=1, high=TOKENS)
+    # Tokens of each answer (O, max_tokens with ignore_eos).
     output_tokens: int = bounded(16, low=1, high=TOKENS)
     user_tokens_jitter: float = bounded(
         0.0, low=0, high=10
@@ -392,14 +440,17 @@ class WorkloadConfig:
     # median history_median_ratio x mean (vLLM benchmarks/multi_turn's parameters), at most
     # history_tokens_max (0: 3 x the mean); 1: every prefix is history_tokens long.
     history_median_ratio: float = bounded(1.0, low=0, high=1, above=True)
+    # The lognormal prefixes' cap (0: 3 x the mean).
     history_tokens_max: int = bounded(0, low=0, high=TOKENS)
     common_prefix_tokens: int = bounded(
         0, low=0, high=TOKENS
     )  # tokens every conversation starts with (a system prompt)
+    # completions: token-id prompts (exact lengths); chat: messages as text, as chat clients send.
     api: ClientApi = ClientApi.completions
     # Edits of the history before a turn (>= 2), on history_edit_share of the turns (seeded:
     # the same turns in every flow); the router must then recompute, never pull.
     history_edit: HistoryEdit = HistoryEdit.none
+    # Share of turns (>= 2) whose history is edited (history_edit).
     history_edit_share: float = bounded(0.5, low=0, high=1)
     concurrency: list[int] = axis(Level.point, [4], low=1, high=MANY)  # the load
     # waves: request_rate (> 0) spaces each wave's starts, 0 as fast as concurrency allows;
@@ -411,6 +462,7 @@ class WorkloadConfig:
     )  # gamma arrivals: the gaps' coefficient of variation (1: Poisson)
     # a request's whole answer; below a second nothing a server does finishes
     request_timeout_s: float = bounded(120.0, low=1, high=WEEK_S)
+    # Seed of the conversations' token ids and lengths (repetition r derives its own).
     seed: int = bounded(0, low=0, high=SEED)
     # Independent repetitions of every (flow, history length): Points of their own, with fresh
     # conversations (token ids from ``pdbench.plan.points.repetition_seed(seed, r)``) and their
@@ -427,22 +479,29 @@ class WorkloadConfig:
 class ServerConfig:
     """vLLM server flags shared by every instance of a deployment."""
 
+    # KV-cache block size in tokens (vLLM --block-size); KV moves in whole blocks.
     block_size: int = bounded(32, low=1, high=4096)
+    # P's prefix cache (vLLM --enable-prefix-caching); off: P computes what it does not pull.
     prefill_prefix_caching: bool = False
+    # D's prefix cache: D keeps finished turns' blocks to serve the next turn's pull.
     decode_prefix_caching: bool = True
+    # Requests a server batches at once (vLLM --max-num-seqs); more wait in its queue.
     max_num_seqs: int = bounded(16, low=1, high=MANY)
+    # Share of a GPU's memory vLLM may use (--gpu-memory-utilization); weights plus KV must fit.
     gpu_memory_utilization: float = bounded(0.85, low=0, high=1, above=True)
+    # vLLM-CPU's KV cache per instance in GiB (VLLM_CPU_KVCACHE_SPACE).
     cpu_kvcache_space_gb: int = bounded(1, low=0, high=100_000)
     # Cores (OMP threads) of each TP rank on CPU builds: an instance of TP n is pinned to
     # n x this many cores, one set per rank (VLLM_CPU_OMP_THREADS_BIND "a|b").
     cpu_threads_per_instance: int = bounded(1, low=1, high=4096)
     # Let ranks share cores when the plan needs more than a node has (local executor):
-    # an instance's ranks share its own cores first (README, "Heterogeneous TP on CPU").
+    # an instance's ranks share its own cores first (docs/flows.md, "Heterogeneous TP on CPU").
     cpu_share_cores: bool = False
     # KV-cache blocks of each prefill / decode instance (vLLM --num-gpu-blocks-override);
     # 0: what memory holds. A small prefill cache makes P evict (cache_pressure); a small
     # one everywhere makes NIXL's handshake register fewer blocks.
     prefill_kv_blocks: int = bounded(0, low=0, high=1000 * MANY)
+    # See prefill_kv_blocks (decode instances).
     decode_kv_blocks: int = bounded(0, low=0, high=1000 * MANY)
     # The three below are chosen per cluster kind in conf/config.yaml (``by_device``): vLLM's
     # own values on GPU clusters, the CPU presets' on CPU ones. Set them to override.
@@ -451,19 +510,24 @@ class ServerConfig:
     # Seconds a server may take to answer /health: 70B from a shared filesystem reads
     # ~140 GB per instance, then compiles and captures CUDA graphs.
     startup_timeout_s: float = bounded(1800.0, low=10, high=WEEK_S)  # no vLLM starts faster
+    # HTTP port of instance i: base_port + i.
     base_port: int = bounded(8100, low=1, high=PORT)
+    # NIXL side-channel port of instance i (VLLM_NIXL_SIDE_CHANNEL_PORT): base + 64 x i.
     side_channel_base_port: int = bounded(5600, low=1, high=PORT)
     # VLLM_PORT of instance i: vllm_base_port + 16 * i, where vLLM's own ports start (torch
     # distributed init of TP ranks...). Unset, each server takes a free port and releases it
     # before binding: two TP > 1 servers starting at once on one node can pick the same.
     vllm_base_port: int = bounded(19000, low=1, high=PORT)
+    # The router's port: where clients (pdbench's and yours, under serve) send requests.
     router_port: int = bounded(8000, low=1, high=PORT)
     # What vLLM does when a KV pull fails (e.g. the peer's lease on the blocks ran out):
     # "fail" the request (vLLM's default, an HTTP 500: what GPU clusters use, so that a broken
     # transport cannot pass for a slow one) or "recompute" the missing blocks (the request
     # succeeds; the Point counts and flags the failure; the CPU presets' choice).
     kv_load_failure_policy: KvLoadFailurePolicy = KvLoadFailurePolicy.fail
+    # Further vllm serve flags for every instance (flags pdbench sets itself are refused).
     extra_args: list[str] = field(default_factory=list)
+    # Further environment of every P/D server (PDBENCH_* knobs, VLLM_* settings).
     env: dict[str, str] = field(default_factory=dict)
 
 
@@ -471,20 +535,27 @@ class ServerConfig:
 class ConnectorConfig:
     """Options of pdbench's own connector pieces."""
 
+    # Trace every NIXL transfer (bytes, seconds, descriptors) into traces/<deployment>/.
     trace: bool = False
 
 
 @dataclass
 class TrackingConfig:
+    # none, or wandb: each Point's summary logged to Weights & Biases.
     backend: TrackingBackend = TrackingBackend.none
+    # W&B project.
     project: str = "pdbench"
+    # W&B entity (team or user); "": the account's default.
     entity: str = ""
+    # W&B mode: offline (the default: files under the run dir, wandb sync later), online, disabled.
     mode: TrackingMode = TrackingMode.offline
 
 
 @dataclass
 class LaunchConfig:
+    # Print the plan, commands, environments and sbatch scripts; submit and write nothing.
     dry_run: bool = False
+    # The transfer bench skips the cases the dir recorded ok (a run always skips its ok Points).
     resume: bool = True
     # When a Deployment fails (its job failed or a Point of it is not ok: servers that did
     # not start or died, failed requests): "continue" with the next Deployment, or "stop"
@@ -517,6 +588,7 @@ class SearchConfig:
     # log-spaced lengths from min to max history tokens, workload.repetitions each; from 0:
     # no history (the shortest turn 2 there is), then log-spaced from 16 tokens
     first_pass_lengths: int = bounded(8, low=2, high=1000)
+    # The first pass's shortest history (0: start with no history).
     min_history_tokens: int = bounded(0, low=0, high=TOKENS)
     max_history_tokens: int = bounded(
         0, low=0, high=TOKENS
@@ -551,8 +623,11 @@ class SloConfig:
 class RunConfig:
     """One composed run: everything ``python -m pdbench`` needs."""
 
+    # The run's name: the default run dir is results/<name>-<time>; presets set their own.
     name: str = "run"
+    # Where records, logs and the manifest go; rerun with the same dir to resume.
     dir: str = MISSING
+    # The generated tiny models and other build products, shared between runs.
     cache_dir: str = MISSING
     cluster: ClusterConfig = field(default_factory=ClusterConfig)
     model: ModelConfig = field(default_factory=ModelConfig)
@@ -567,6 +642,7 @@ class RunConfig:
     bench: TransferBenchConfig = field(default_factory=TransferBenchConfig)
     search: SearchConfig = field(default_factory=SearchConfig)
     slo: SloConfig = field(default_factory=SloConfig)
+    # What python -m pdbench does (also given as its first word: serve, status, ...).
     command: Command = Command.run
 
 
