@@ -23,6 +23,7 @@ import os
 import sys
 from pathlib import Path
 
+from analysis.output.answer import card_lines
 from analysis.output.wandb_report import log_to_wandb, wandb_key_problem
 from analysis.pipeline import run_analysis
 from pdbench.results.store import RUN_FOLDERS
@@ -36,6 +37,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("run_dirs", nargs="+", help="results/<run> directories")
     ap.add_argument("--out", type=Path, help="output folder (default <RUN_DIR>/analysis)")
     ap.add_argument("-q", "--quiet", action="store_true", help="print the answer only")
+    ap.add_argument(
+        "--details",
+        action="store_true",
+        help="print every answer's figures and the notes (by default: one answer card per "
+        "question; the report and summary.json hold the details)",
+    )
     ap.add_argument(
         "--skip-corrupt",
         action="store_true",
@@ -158,10 +165,14 @@ def main(argv: list[str] | None = None) -> int:
     except SchemaVersionError as err:  # a record of a newer pdbench: refused, named
         print(f"error: {err}", file=sys.stderr)
         return 2
-    print("\n".join(out.summary["answer"]))
-    if not args.quiet:
+    if args.details:
+        print("\n".join(out.summary["answer"]))
+    else:
+        print("\n".join(card_lines(out.summary["cards"])))
+    if not args.quiet:  # about the records: said whatever else is shown
         for note in out.summary["notes"]:
             print(f"note: {note}")
+    if args.details and not args.quiet:
         for a in out.ctx.deployments():
             for note in a.notes:
                 print(f"note: {a.label}: {note}")
@@ -170,6 +181,8 @@ def main(argv: list[str] | None = None) -> int:
                 "note: no transfer-bench records (<run>/transfer_bench/*.json); pass a bench "
                 "run dir too for bandwidth plots"
             )
+    if not args.details and not args.quiet:
+        print("details: python -m analysis ... --details, or the report:")
     print(f"report: {out.report}")
     if out.policy:
         print(f"policy: {out.policy}")

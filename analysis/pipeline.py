@@ -46,7 +46,8 @@ def run_analysis(
     answered = answer_all(ctx)
     say(f"[analysis] plotting into {out} ...")
     made = make_plots(ctx, answered, out, progress)
-    summary = summary_dict(data, answered, [p.path.name for p in made])
+    labels = [d.label for d in ctx.deployments()]
+    summary = summary_dict(data, answered, [p.path.name for p in made], labels)
     (out / "summary.json").write_text(json.dumps(summary, indent=1))
     tables = Tables.of(ctx, answered)  # every output's tables, computed once
     found = policy.policy_of(ctx)

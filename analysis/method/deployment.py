@@ -54,12 +54,19 @@ class ThresholdAdvice:
             return f"not determined ({self.why})"
         if self.value is None:
             return f"none: {self.why}"
-        ci = ""
-        if self.low is not None or self.high is not None:
-            lo = f"{self.low:,}" if self.low is not None else "0"
-            hi = f"{self.high:,}" if self.high is not None else "?"
-            ci = f", 95% CI [{lo}, {hi}]"
-        return f"{self.value:,} tokens{ci} ({self.why})"
+        return f"{self.text_short()} ({self.why})"
+
+    def text_short(self) -> str:
+        """``128 tokens, 95% CI [96, 160]``; a side left open is said so (``>= 96``)."""
+        if self.value is None:
+            return "none"
+        if self.low is None and self.high is None:
+            return f"{self.value:,} tokens"
+        if self.high is None:
+            return f"{self.value:,} tokens, 95% CI >= {self.low:,} (no upper bound)"
+        if self.low is None:
+            return f"{self.value:,} tokens, 95% CI <= {self.high:,}"
+        return f"{self.value:,} tokens, 95% CI [{self.low:,}, {self.high:,}]"
 
     def to_dict(self) -> dict:
         return {

@@ -293,6 +293,8 @@ class Verdict:
     def interval(self, fmt: str = "{:,.1f}", signed: bool = True) -> str:
         """``+12.3 ms [4.1, 20.5]`` (``signed``: a difference; else a level, ``12.3 ms
         [...]``); ``[no interval]`` when undetermined."""
+        if not np.isfinite(self.estimate):
+            return "not measured"
         est = _fmt(fmt, self.estimate)
         shown = signed and self.estimate > 0 and not est.startswith("+") and not _zero(est)
         sign = "+" if shown else ""

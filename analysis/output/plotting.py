@@ -45,7 +45,9 @@ def make_plots(
                     continue
                 fig.tight_layout()
                 path = out_dir / f"{spec.name}.png"
-                fig.savefig(path, dpi=DPI)
+                # the saved image holds every artist: a suptitle or a legend outside the axes
+                # is not cut off by the figure's frame
+                fig.savefig(path, dpi=DPI, bbox_inches="tight", pad_inches=0.08)
                 plt.close(fig)
                 made.append(Plot(spec.name, spec.title, path, spec.caption, a.question.name))
     return made

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import base64
 import html
+import math
 import time
 from pathlib import Path
 from typing import Any
@@ -22,11 +23,18 @@ body { font-family: system-ui, -apple-system, "Segoe UI", Roboto, sans-serif; ma
 h1 { font-size: 1.5em; margin-bottom: 0.2em; } h3 { font-size: 1em; margin: 1.2em 0 0.2em; }
 h2 { font-size: 1.2em; margin-top: 1.8em; border-bottom: 1px solid #d6dbe1;
      padding-bottom: 0.2em; }
-.answer { background: #eef5ff; border-left: 4px solid #2c6fd6; padding: 0.6em 1em; }
-.answer li { margin: 0.35em 0; } .muted { color: #5c6773; font-size: 0.9em; }
-.answer li.flags { color: #b42318; }
-table { border-collapse: collapse; font-size: 0.85em; margin: 0.6em 0; }
-th, td { border: 1px solid #d6dbe1; padding: 3px 7px; text-align: right; vertical-align: top; }
+.answer { background: #eef5ff; border-left: 4px solid #2c6fd6; padding: 0.5em 1em; }
+.answer ul { list-style: none; padding: 0; margin: 0.3em 0; }
+.answer li { margin: 0.35em 0; } .answer .q { display: block; font-size: 0.85em;
+  color: #2c4f86; font-weight: 600; } .answer ul.a { font-size: 1.05em; margin: 0; }
+.answer ul.a li { margin: 0.1em 0; }
+.muted { color: #5c6773; font-size: 0.9em; }
+.answer li.flags, .details li.flags { color: #b42318; }
+.details li { margin: 0.35em 0; font-size: 0.92em; }
+table { border-collapse: collapse; font-size: 0.85em; margin: 0.6em 0; max-width: 100%; }
+th, td { border: 1px solid #d6dbe1; padding: 3px 7px; text-align: right; vertical-align: top;
+         overflow-wrap: anywhere; }
+td.l { max-width: 30em; }
 th { background: #f1f3f6; } td.l, th.l { text-align: left; }
 tr:nth-child(even) td { background: #fafbfc; }
 .bad { color: #b42318; font-weight: 600; } .scroll { overflow-x: auto; }
@@ -41,6 +49,15 @@ def esc(value: Any) -> str:
     return html.escape("" if value is None else str(value))
 
 
+def cell(value: Any) -> str:
+    """A table cell: a number that is not one (nan, inf) or nothing is a dash."""
+    if value is None or isinstance(value, float) and not math.isfinite(value):
+        return "–"
+    if isinstance(value, str) and value.strip().lstrip("+-").lower() in ("nan", "inf"):
+        return "–"
+    return esc(value)
+
+
 def table(rows: list[dict[str, Any]], left: tuple[str, ...] = (), bad: str | None = None) -> str:
     """An HTML table of dict rows; columns in ``left`` align left, ``bad`` marks a row red."""
     if not rows:
@@ -52,7 +69,7 @@ def table(rows: list[dict[str, Any]], left: tuple[str, ...] = (), bad: str | Non
     for r in rows:
         cls = ' class="bad"' if bad and r.get(bad) not in (None, "", "ok") else ""
         out.append(f"<tr{cls}>")
-        out += [f'<td class="{"l" if c in left else ""}">{esc(r.get(c, "–"))}</td>' for c in cols]
+        out += [f'<td class="{"l" if c in left else ""}">{cell(r.get(c))}</td>' for c in cols]
         out.append("</tr>")
     out.append("</table></div>")
     return "".join(out)
@@ -73,6 +90,17 @@ def points_tables(rows: list[dict[str, Any]]) -> str:
 
 def _img(path: Path) -> str:
     return "data:image/png;base64," + base64.b64encode(path.read_bytes()).decode("ascii")
+
+
+def _card(card: dict[str, Any]) -> str:
+    """A question, small, above its answers; the facts of the run without one."""
+    items = []
+    for answer in card["answers"]:
+        bad = answer.startswith(("A/A control FAILED", "INVALID")) or " flagged: " in answer
+        cls = ' class="flags"' if bad else ""
+        items.append(f"<li{cls}>{esc(answer)}</li>")
+    head = f"<span class='q'>{esc(card['question'])}</span>" if card["question"] else ""
+    return f"<li>{head}<ul class='a'>{''.join(items)}</ul></li>"
 
 
 def _answer_item(line: str) -> str:
@@ -139,10 +167,9 @@ def render(
     validity) and ``tables`` (``tables.Tables``) as computed once for every output."""
     data = ctx.data
     names = ", ".join(Path(d).name for d in data.run_dirs)
+    cards = "".join(_card(card) for card in summary["cards"])
     answer = "".join(_answer_item(line) for line in summary["answer"])
     asked = [a for a in answered if a.asked and a.question.name != "flagged"]
-    answering = [a for a in asked if any(getattr(x, "headline", True) for x in a.answers)]
-    heading = " · ".join(a.question.title for a in answering) or "Answer"
     banner = (
         ""
         if summary["valid"]
@@ -156,7 +183,9 @@ def render(
         f'<p class="muted">generated {esc(time.strftime("%Y-%m-%d %H:%M:%S"))} by '
         f"<code>python -m analysis</code>; every interval is a 95% confidence interval</p>",
         banner,
-        f'<div class="answer" id="answer"><b>{esc(heading)}</b><ul>{answer}</ul></div>',
+        f'<div class="answer" id="answer"><ul>{cards}</ul></div>',
+        '<h2 id="details">Every answer in detail</h2>',
+        f'<div class="details"><ul>{answer}</ul></div>',
     ]
     for a in asked:
         parts += question_section(a, tables, plots)

@@ -4,8 +4,8 @@ Turn 1 is identical work in pull and recompute (nothing is cached yet): its pair
 difference must be 0 up to noise. Each deployment's control tests pull / recompute in the
 shorter and the longer half of its lengths (``pull_recompute.control``) at a level that
 shares 5% among every band of every deployment of the run, so a clean run is marked invalid
-at most 5% of the time whatever the number of deployments (measured: README, "Reading the
-results"). An invalid run's answer says so first, summary.json has ``"valid": false``.
+at most 5% of the time whatever the number of deployments (measured: docs/reading-results.md,
+"The A/A control"). An invalid run's answer says so first, summary.json has ``"valid": false``.
 """
 
 from __future__ import annotations
@@ -30,6 +30,11 @@ class ControlAnswer:
 
     def lines(self) -> list[str]:
         return [f"{self.label}: {self.control.line()}"]
+
+    def card(self) -> str:
+        if self.invalid:
+            return f"{self.label}: A/A control FAILED: the run is INVALID ({self.control.reason})"
+        return f"{self.label}: A/A control passes: the flows were measured alike"
 
     def tables(self) -> dict[str, list[dict[str, Any]]]:
         c, d = self.control, self.control.diff

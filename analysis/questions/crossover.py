@@ -22,7 +22,7 @@ from analysis.method.predict import relative_gap
 from analysis.method.pull_recompute import Measured, flow_levels
 from analysis.method.saving_curve import Shape
 from analysis.method.stats import Status
-from analysis.questions.question import Note, PlotSpec, Question
+from analysis.questions.question import Note, PlotSpec, Question, without_parentheses
 
 CELLS_SHOWN = 6  # per-length savings on the console line (all in the report)
 
@@ -87,6 +87,26 @@ class CrossoverAnswer:
         cells = self.m.cells
         shown = cells if limit is None or len(cells) <= limit else cells[:: -(-len(cells) // limit)]
         return "; ".join(f"{c.x:,.0f}: {c.saving.interval('{:,.0f}')}" for c in shown)
+
+    def card(self) -> str:
+        """The verdict and the action: the threshold to set, where one is decided."""
+        c = self.m.crossover
+        if c.decided and c.shape is Shape.CROSSING:
+            verdict = (
+                f"pull beats recompute above {c.estimate:,.0f} tokens of history, "
+                f"95% CI {c.interval_text()}"
+            )
+        else:
+            verdict = without_parentheses(self._headline())
+        if self.advice.status is Status.DECIDED and self.advice.value is not None:
+            action = f"set kv_recompute_threshold to {self.advice.text_short()}"
+        else:
+            action = f"kv_recompute_threshold: {without_parentheses(self.advice.text())}"
+            more = re.search(
+                r"about [\d,]+ repetitions[^;()]*would decide it|measure \w[^;()]*", c.reason
+            )
+            action += f": {more.group(0)}" if more else ""
+        return f"{self.a.label}: {self.at}{verdict}; {action}."
 
     def lines(self) -> list[str]:
         a = self.a
@@ -297,7 +317,7 @@ def ttft_vs_history(plt, answers: list[Any], ctx: Context):
         ax.grid(alpha=0.3)
         if len(rows):
             ax.legend(fontsize=8)
-    fig.suptitle(f"TTFT vs history length, per flow (turns >= 2; {plotkit.CI_NOTE})")
+    fig.suptitle("TTFT vs history length, per flow (turns >= 2; 95% CIs)")
     return fig
 
 

@@ -58,6 +58,11 @@ class CostCell:
         """How long D held the blocks; from the Points that saw D idle again only, and said
         so when some did not (without ``flow.kv_tail`` sampling stops with the load)."""
         seen, total = self.released
+        if seen == 0:
+            return (
+                f"a time not measured (D was not seen idle again after any of {total} "
+                "Points; flow.kv_tail=true waits for it)"
+            )
         held = self.held_s.interval("{:,.1f}", signed=False)
         if seen == total:
             return held
@@ -118,6 +123,22 @@ class DecodeCostAnswer:
         """The recommended TTL's cell at the highest concurrency (any TTL: none kept every pull)."""
         mine = [c for c in self.cells if c.ttl_s == self.ttl_s] or self.cells
         return max(mine, key=lambda c: c.concurrency)
+
+    def card(self) -> str:
+        head = self.headline()
+        ttl = (
+            f"run TTL {self.ttl_s:g} s"
+            if self.ttl_s is not None
+            else "no swept TTL kept every pull"
+        )
+        held = (
+            "" if head.released[0] == 0 else f" for {head.held_s.interval('{:,.1f}', signed=False)}"
+        )
+        return (
+            f"{ttl}; at concurrency {head.concurrency} pull saves P {head.saving.interval()} of "
+            f"TTFT and costs D {head.tpot_cost.interval('{:+,.2f}')} of TPOT and "
+            f"{head.kv_peak.interval('{:,.1f}', signed=False)} of its KV{held}."
+        )
 
     def lines(self) -> list[str]:
         head = self.headline()

@@ -173,7 +173,7 @@ def placement(plt, answers: list[Any], ctx: Context):
         ax_bw.set_ylabel("KV moved (GB/s, NIXL totals)")
         ax_bw.set_title("transfer.bytes / transfer.seconds per Point", fontsize=9)
         ax_bw.grid(axis="y", alpha=0.3)
-    fig.suptitle(f"Same node vs cross node ({plotkit.CI_NOTE})")
+    fig.suptitle("Same node vs cross node (95% CIs over the repetitions)")
     return fig
 
 

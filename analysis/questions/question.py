@@ -4,7 +4,9 @@ order the console, the HTML report and W&B show them.
 
 A question's ``answer(ctx)`` returns its answers (empty: the run did not ask it). Each
 answer gives the console ``lines()`` (the first is its headline), ``tables()`` (name ->
-rows of plain values, for the report and W&B) and ``to_dict()`` (summary.json). A plot is
+rows of plain values, for the report and W&B) and ``to_dict()`` (summary.json); one may give
+``card()``, the one sentence the answer card shows (else its headline's first line, its
+parentheses dropped: ``card_of``). A plot is
 drawn from the answers with matplotlib's ``pyplot`` passed in (``plotkit`` holds the shared
 helpers); None when there is nothing to draw.
 """
@@ -15,7 +17,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from analysis.kit.fmt import shorten
 from analysis.method.deployment import Context
+
+CARD_CHARS = 240  # an answer card's sentence, at most
 
 
 class Answer(Protocol):
@@ -44,6 +49,9 @@ class Question:
     answer: Callable[[Context], list[Any]]
     plots: tuple[PlotSpec, ...] = ()
     method: str = ""  # how it is answered (report, HTML allowed)
+    # Explains the other answers (fits, the TTFT split): an answer card only in a run that
+    # answers nothing else (a transfer bench's run).
+    supporting: bool = False
 
 
 @dataclass
@@ -88,3 +96,30 @@ class Answered:
 
     def to_dict(self) -> list[dict[str, Any]]:
         return [a.to_dict() for a in self.answers]
+
+    def cards(self) -> list[str]:
+        """One sentence per answer that answers (notes and warnings left out)."""
+        return [card_of(a) for a in self.answers if getattr(a, "headline", True)]
+
+
+def card_of(answer: Any) -> str:
+    """The sentence an answer card shows: the answer's own ``card()``, else the first line
+    of its headline with the details in parentheses dropped."""
+    if hasattr(answer, "card"):
+        return answer.card()
+    first = answer.lines()[0].split("\n", 1)[0]
+    return shorten(without_parentheses(first), CARD_CHARS)
+
+
+def without_parentheses(text: str) -> str:
+    """``text`` without its parenthesised asides (nested ones too)."""
+    out, depth = [], 0
+    for ch in text:
+        if ch == "(":
+            depth += 1
+        elif ch == ")" and depth:
+            depth -= 1
+        elif not depth:
+            out.append(ch)
+    text = " ".join("".join(out).split())
+    return text.replace(" ;", ";").replace(" ,", ",").replace(" .", ".").replace(" :", ":")

@@ -225,6 +225,7 @@ def fits(plt, answers: list[TransferAnswer], ctx: Context):
 
 QUESTION = Question(
     name="transfer",
+    supporting=True,
     title="What do a transfer and a recompute cost?",
     answer=answer,
     plots=(

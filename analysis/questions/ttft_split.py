@@ -151,6 +151,7 @@ def ttft_split(plt, answers: list[SplitAnswer], ctx: Context):
 
 QUESTION = Question(
     name="ttft_split",
+    supporting=True,
     title="Where does TTFT go?",
     answer=answer,
     plots=(

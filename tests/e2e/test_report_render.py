@@ -1,4 +1,6 @@
-"""The HTML report in a real browser: headless Chromium loads it and every plot decodes.
+"""The HTML report in a real browser: headless Chromium loads it on a laptop's screen
+(1,300 x 900 px): the answer cards are on the first screen, nothing there runs past the
+screen's width, every plot decodes, and a screenshot of that screen is kept.
 
 Needs the Debian package ``chromium`` (``make system-deps`` installs it); skipped with that
 reason when it is absent. Also logs the analysis to W&B in offline mode (the real library).
@@ -24,17 +26,36 @@ pytestmark = pytest.mark.e2e
 
 REPO = Path(__file__).resolve().parents[2]
 BROWSERS = ("chromium", "chromium-browser", "google-chrome")
+SCREEN = (1300, 900)  # a laptop's browser window, px
 CHECK = """<script>
 window.addEventListener("load", function () {
   var imgs = Array.prototype.slice.call(document.images);
+  var W = window.innerWidth, H = window.innerHeight;
+  var wide = [];
+  Array.prototype.forEach.call(document.querySelectorAll("body *"), function (el) {
+    var b = el.getBoundingClientRect();
+    if (b.top >= H || b.height === 0) { return; }
+    var name = el.tagName + (el.id ? "#" + el.id : "") + (el.className ? "." + el.className : "");
+    var scrolls = el.scrollWidth > el.clientWidth + 1 &&
+      ["auto", "scroll"].indexOf(getComputedStyle(el).overflowX) >= 0;
+    if (b.right > W + 1 || scrolls) { wide.push(name); }
+  });
+  var card = document.getElementById("answer");
+  var box = card ? card.getBoundingClientRect() : {top: -1, bottom: -1};
   var out = document.createElement("pre");
   out.id = "pdbench-check";
   out.textContent = JSON.stringify({
+    viewport: [W, H],
+    page_width: document.documentElement.scrollWidth,
+    first_screen_too_wide: wide,
+    answer_top: box.top,
+    answer_bottom: box.bottom,
     images: imgs.length,
     widths: imgs.map(function (i) { return i.naturalWidth; }),
     broken: imgs.filter(function (i) { return !(i.complete && i.naturalWidth > 0); })
                 .map(function (i) { return i.alt; }),
-    answer: (document.getElementById("answer") || {}).innerText || ""
+    answer: card ? card.innerText : "",
+    details: (document.querySelector(".details") || {}).innerText || ""
   });
   document.body.appendChild(out);
 });
@@ -80,12 +101,21 @@ def render_check(exe: str, report: Path, tmp_path: Path) -> dict:
     """Load ``report`` in headless Chromium; what the page's images and answer came to."""
     page = tmp_path / "check.html"
     page.write_text(report.read_text().replace("</body>", CHECK + "</body>"))
+    size = f"--window-size={SCREEN[0]},{SCREEN[1]}"
     dom = chromium(
-        exe, tmp_path / "profile", "--virtual-time-budget=20000", "--dump-dom", page.as_uri()
+        exe, tmp_path / "profile", size, "--virtual-time-budget=20000", "--dump-dom", page.as_uri()
     )
     m = re.search(r'<pre id="pdbench-check">(.*?)</pre>', dom.stdout, re.S)
     assert m, f"the check script did not run\n{dom.stderr[-3000:]}"
     return json.loads(html.unescape(m.group(1)))
+
+
+def assert_fits_a_laptop(check: dict) -> None:
+    """The answer cards whole on the first screen; nothing there wider than the screen."""
+    assert check["viewport"][0] == SCREEN[0], check["viewport"]
+    assert 0 <= check["answer_top"] < check["answer_bottom"] <= SCREEN[1], check
+    assert check["first_screen_too_wide"] == [], check["first_screen_too_wide"]
+    assert check["page_width"] <= SCREEN[0], check["page_width"]
 
 
 def analyse(run_dir: Path, *extra: str) -> subprocess.CompletedProcess:
@@ -124,7 +154,9 @@ def test_report_renders_and_every_image_loads(analysed, tmp_path):
     assert check["images"] == len(pngs), check
     assert check["broken"] == [] and min(check["widths"]) > 100, check
     assert "Pull or recompute?" in check["answer"]
-    assert "recommended kv_recompute_threshold" in check["answer"]
+    assert "set kv_recompute_threshold to" in check["answer"]
+    assert "recommended kv_recompute_threshold" in check["details"]
+    assert_fits_a_laptop(check)
 
 
 def test_demo_run_report_renders_and_states_the_crossover(smoke_run, tmp_path):
@@ -136,7 +168,8 @@ def test_demo_run_report_renders_and_states_the_crossover(smoke_run, tmp_path):
     assert report.is_file(), res.stdout + res.stderr
     check = render_check(exe, report, tmp_path)
     assert check["images"] > 0 and check["broken"] == [], check
-    answer = check["answer"]
+    assert_fits_a_laptop(check)
+    answer = check["answer"] + "\n" + check["details"]
     assert "Pull or recompute?" in answer, answer
     # Measured on the smoke deployment: a crossover, that none lies in the range run, or (one
     # repetition, or noise larger than the effect) that the data cannot decide, and why.
@@ -153,16 +186,21 @@ def test_demo_run_report_renders_and_states_the_crossover(smoke_run, tmp_path):
 
 
 def test_report_screenshot(analysed, tmp_path):
+    """The first screen as a reader sees it, kept with the test's artefacts
+    (PDBENCH_TEST_ARTEFACTS, else beside the report)."""
     exe = browser()
     root, _ = analysed
-    shot = root / "analysis" / "report-screenshot.png"  # kept beside the report to look at
+    kept = Path(os.environ.get("PDBENCH_TEST_ARTEFACTS", root / "analysis"))
+    kept.mkdir(parents=True, exist_ok=True)
+    shot = kept / "report-first-screen.png"
     page = (root / "analysis" / "report.html").as_uri()
-    res = chromium(
-        exe, tmp_path / "profile", "--window-size=1280,2600", f"--screenshot={shot}", page
-    )
+    size = f"--window-size={SCREEN[0]},{SCREEN[1]}"
+    res = chromium(exe, tmp_path / "profile", size, f"--screenshot={shot}", page)
     assert shot.is_file(), res.stderr[-3000:]
     data = shot.read_bytes()
-    assert data.startswith(b"\x89PNG") and len(data) > 50_000  # a page, not a blank
+    assert data.startswith(b"\x89PNG") and len(data) > 20_000  # a page, not a blank
+    width, height = int.from_bytes(data[16:20], "big"), int.from_bytes(data[20:24], "big")
+    assert (width, height) == SCREEN
 
 
 def test_wandb_offline_logging(tmp_path):

@@ -43,9 +43,11 @@ def test_report_leads_with_the_answer_and_is_self_contained(sweep):
     html = sweep.report.read_text()
     assert sweep.report == sweep.out_dir / "report.html"
     assert sweep.out_dir.name == "analysis" and sweep.out_dir.parent.name == "run"
-    head = html[: html.index("<h2")]
-    assert "Pull or recompute?" in head and "recommended kv_recompute_threshold" in head
+    head = html[: html.index("<h2")]  # the answer cards, before any section
+    assert "Pull or recompute?" in head and "set kv_recompute_threshold to" in head
     assert "95% CI" in head and "A/A control" in head
+    details = html[html.index('<h2 id="details">') :]
+    assert "recommended kv_recompute_threshold" in details
     for a in sweep.ctx.deployments():
         assert html_escape(a.label) in head
     assert "<script" not in html and "<link" not in html and 'src="http' not in html
@@ -87,7 +89,7 @@ def test_multi_turn_smoke_run_puts_the_turn_plot_first(tmp_path, capsys):
         tmp_path / "smoke", histories=(0,), turns=4, flows=("agg", "recompute", "pull"),
         bench=False, traces=False,
     )  # fmt: skip
-    assert main([str(root), "--out", str(tmp_path / "out")]) == 0
+    assert main([str(root), "--out", str(tmp_path / "out"), "--details"]) == 0
     out = capsys.readouterr().out
     assert "Points ok across 1 deployment(s)" in out and "no transfer-bench records" in out
     html = (tmp_path / "out" / "report.html").read_text()
