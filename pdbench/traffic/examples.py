@@ -1,5 +1,5 @@
 """Small traces in every format pdbench reads, generated (no downloads): for tests, for the
-README's examples and for trying a replay before bringing one's own traffic.
+the docs' examples (docs/traffic.md) and for trying a replay before bringing one's own traffic.
 
     python -m pdbench.traffic.examples mooncake /tmp/chat.jsonl --conversations 60
 

@@ -34,7 +34,7 @@ def detect(path: str | Path) -> TraceFormat:
         name,
         "line 1",
         "is none of the formats pdbench reads (mooncake, openai, pdbench)",
-        "set workload.trace.format, or see README, 'Bring your own traffic'",
+        "set workload.trace.format, or see docs/traffic.md",
     )
 
 

@@ -140,7 +140,7 @@ def _container_interpreter(
     mounted at its own path, or an image that holds them (``container_has_pdbench``)."""
     here = sys.executable
     image_fix = (
-        f"build the image from {IMAGE_RECIPE} (README, 'Containers') and set "
+        f"build the image from {IMAGE_RECIPE} (docs/gpu.md, 'Containers') and set "
         "cluster.container_has_pdbench=true cluster.python=python3"
     )
     if not python:

@@ -1,5 +1,5 @@
-"""Every GPU-cluster command the README and the conf/ comments show validates, and places P
-and D where the transport it names carries the KV: rdma between nodes, nvlink inside one.
+"""Every GPU-cluster command the README, the docs and the conf/ comments show validates, and
+places P and D where the transport it names carries the KV: rdma between nodes, nvlink inside one.
 A GPU user's first allocation starts from these lines."""
 
 from __future__ import annotations
@@ -21,9 +21,14 @@ GPU_CLUSTER = "cluster=h100_8gpu"
 
 def documented_commands() -> list[tuple[str, str]]:
     """(where, command line) of every ``python -m pdbench`` line naming a GPU cluster in the
-    README (code blocks and table cells) and in conf/*/*.yaml comments (``\\``-continued)."""
+    README and docs/ (code blocks and table cells) and in conf/*/*.yaml comments
+    (``\\``-continued)."""
     found = []
-    sources = [REPO / "README.md", *sorted((REPO / "conf").rglob("*.yaml"))]
+    sources = [
+        REPO / "README.md",
+        *sorted((REPO / "docs").rglob("*.md")),
+        *sorted((REPO / "conf").rglob("*.yaml")),
+    ]
     for path in sources:
         lines = path.read_text().splitlines()
         i = 0
@@ -54,7 +59,7 @@ def jobs_of(command: str):
 
 def test_the_docs_show_gpu_commands():
     wheres = {w.split(":")[0] for w, _ in COMMANDS}
-    assert "README.md" in wheres and "conf/experiment/crossover.yaml" in wheres, COMMANDS
+    assert {"README.md", "docs/gpu.md", "conf/experiment/crossover.yaml"} <= wheres, COMMANDS
     assert any("transport=rdma" in c for _, c in COMMANDS)
     assert any("transport=nvlink" in c for _, c in COMMANDS)
 

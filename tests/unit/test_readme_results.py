@@ -1,5 +1,5 @@
-"""Every result file the READMEs cite is in the repository (a file the README points to as
-evidence must be there to read; .gitignore ignores only the top-level results/)."""
+"""Every result file the READMEs and the docs cite is in the repository (a file a page points
+to as evidence must be there to read; .gitignore ignores only the top-level results/)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,11 @@ pytestmark = pytest.mark.unit
 
 REPO = Path(__file__).resolve().parents[2]
 RESULTS = REPO / "benchmarks" / "results"
-READMES = [REPO / "README.md", REPO / "benchmarks" / "README.md"]
+READMES = [
+    REPO / "README.md",
+    REPO / "benchmarks" / "README.md",
+    *sorted((REPO / "docs").rglob("*.md")),
+]
 # benchmarks/results/<file>, or a dated result name (name-YYYY-MM-DD[-more].json) alone
 CITED = re.compile(r"(?:benchmarks/results/)?\b([\w-]+-\d{4}-\d{2}-\d{2}(?:-[\w-]+)?\.json)\b")
 PATH = re.compile(r"benchmarks/results/([\w.-]+\.json)\b")
