@@ -27,6 +27,8 @@ pytestmark = pytest.mark.e2e
 REPO = Path(__file__).resolve().parents[2]
 BROWSERS = ("chromium", "chromium-browser", "google-chrome")
 SCREEN = (1300, 900)  # a laptop's browser window, px
+# what no reader can use: nan, inf, a bound of 10 digits or more
+UNREADABLE = re.compile(r"\bnan\b|\binf\b|\d{1,3}(?:,\d{3}){3,}|\d{10,}", re.IGNORECASE)
 CHECK = """<script>
 window.addEventListener("load", function () {
   var imgs = Array.prototype.slice.call(document.images);
@@ -164,12 +166,18 @@ def test_demo_run_report_renders_and_states_the_crossover(smoke_run, tmp_path):
     exe = browser()
     run_dir, _ = smoke_run
     res = analyse(run_dir)
+    # the answers first, in a few lines, then the report's path; every figure a number
+    printed = res.stdout.splitlines()
+    report_at = next(i for i, line in enumerate(printed) if line.startswith("report: "))
+    assert report_at <= 12, res.stdout
+    assert not UNREADABLE.search(res.stdout), res.stdout
     report = run_dir / "analysis" / "report.html"
     assert report.is_file(), res.stdout + res.stderr
     check = render_check(exe, report, tmp_path)
     assert check["images"] > 0 and check["broken"] == [], check
     assert_fits_a_laptop(check)
     answer = check["answer"] + "\n" + check["details"]
+    assert not UNREADABLE.search(answer), answer
     assert "Pull or recompute?" in answer, answer
     # Measured on the smoke deployment: a crossover, that none lies in the range run, or (one
     # repetition, or noise larger than the effect) that the data cannot decide, and why.
