@@ -26,6 +26,28 @@ CPU_METHOD = "fork"  # what the launch spec sets for CPU servers
 API_KEY_ENV = "PDBENCH_API_KEY"
 
 
+# Each GPU's NIC (UCX_NET_DEVICES of a rank on it), ';'-separated by the GPU's number on the
+# node: a TP rank's NIXL agent uses its own GPU's NIC (nic_for_device), not UCX's choice.
+NIC_BY_GPU_ENV = "PDBENCH_NIC_BY_GPU"
+
+
+def nics_text(nics_by_gpu: list[str] | tuple[str, ...]) -> str:
+    """``transport.nics_by_gpu`` as ``NIC_BY_GPU_ENV``'s value."""
+    return ";".join(nics_by_gpu)
+
+
+def nic_for_device(by_gpu: str, visible: str | None, local: int) -> str:
+    """The NIC of the GPU a process uses: its ``local`` CUDA device (an index into
+    ``visible``, its ``CUDA_VISIBLE_DEVICES``) is GPU ``visible[local]`` of the node, whose
+    entry of ``by_gpu`` (``NIC_BY_GPU_ENV``) names the NIC; "" where none is named."""
+    nics = by_gpu.split(";") if by_gpu else []
+    devices = [d.strip() for d in visible.split(",")] if visible else []
+    device = devices[local] if 0 <= local < len(devices) else str(local)
+    if not device.isdigit() or int(device) >= len(nics):
+        return ""
+    return nics[int(device)].strip()
+
+
 def bearer(environ: Mapping[str, str]) -> dict[str, str]:
     """The header that carries ``API_KEY_ENV``'s key ({} when none is set)."""
     key = environ.get(API_KEY_ENV, "")

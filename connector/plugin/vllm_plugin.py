@@ -20,17 +20,19 @@ import logging
 import os
 from typing import Any
 
+from vllm.distributed.kv_transfer.kv_connector.v1.base import KVConnectorRole
 from vllm.v1.engine.core import EngineCoreProc
 
 from connector.parent_death import die_with_parent
 from connector.plugin import engine_idle
 from connector.plugin.kv_params_service import ParamsBoard, ParamsServer, parse_addr
+from connector.plugin.nic_pinning import current_cuda_device, pin_nic
 from connector.plugin.no_lease import release, wants_no_lease
 from connector.plugin.request_timing import RequestTimingMixin
 
 # vLLM's NixlConnector with pdbench's per-transfer tracing (inactive unless a trace dir is set).
 from connector.plugin.tracing import NixlConnector as _VllmNixlConnector
-from connector.process_env import KV_PARAMS_ADDR_ENV, RUN_DIR_ENV
+from connector.process_env import KV_PARAMS_ADDR_ENV, NIC_BY_GPU_ENV, RUN_DIR_ENV
 
 logger = logging.getLogger("vllm.pdbench.kv_params")  # vLLM configures the "vllm" tree
 
@@ -69,6 +71,8 @@ class NixlConnector(RequestTimingMixin, _VllmNixlConnector):
     times every request (``connector.plugin.request_timing``)."""
 
     def __init__(self, vllm_config, role, kv_cache_config=None):
+        if os.environ.get(NIC_BY_GPU_ENV) and role == KVConnectorRole.WORKER:
+            pin_nic(current_cuda_device())  # before vLLM creates this worker's NIXL agent
         super().__init__(vllm_config, role, kv_cache_config)
         self.params_service: ParamsServer | None = None
         addr = os.environ.get(KV_PARAMS_ADDR_ENV, "")

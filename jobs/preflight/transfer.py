@@ -20,6 +20,7 @@ from pathlib import Path
 
 from connector.bench.nixl_peer import publish_failure
 from connector.bench.runner import OWNER, READER
+from connector.process_env import nic_for_device, nics_text
 from connector.shared_files import write_json_atomic
 from jobs.preflight.checks import check_transfer, transfer_findings
 from pdbench.results.preflight import CheckResult
@@ -46,13 +47,18 @@ def roles_on(probe: TransferProbe, rank: int) -> list[str]:
 
 
 def device_env(probe: TransferProbe, role: str, visible: str | None) -> dict[str, str]:
-    """CUDA_VISIBLE_DEVICES of one side: the plan's GPU, mapped through the task's devices;
-    {} for host memory."""
+    """CUDA_VISIBLE_DEVICES of one side: the plan's GPU, mapped through the task's devices,
+    and that GPU's NIC where ``transport.nics_by_gpu`` names one; {} for host memory."""
     gpu = probe.owner_gpu if role == OWNER else probe.reader_gpu
     if gpu < 0:
         return {}
     devices = task_devices(visible)
-    return {"CUDA_VISIBLE_DEVICES": devices[gpu] if gpu < len(devices) else str(gpu)}
+    device = devices[gpu] if gpu < len(devices) else str(gpu)
+    env = {"CUDA_VISIBLE_DEVICES": device}
+    nic = nic_for_device(nics_text(probe.nics_by_gpu), device, 0)
+    if nic:
+        env["UCX_NET_DEVICES"] = nic
+    return env
 
 
 def run_transfer(

@@ -316,6 +316,11 @@ class TransportConfig:
     ucx_tls: str = ""
     # UCX_NET_DEVICES of every P/D server (e.g. mlx5_0:1); "": UCX's own choice.
     ucx_net_devices: str = ""
+    # One NIC per GPU, by the GPU's number on the node (nvidia-smi's index where SLURM does
+    # not renumber): each TP rank's NIXL agent is pinned to its own GPU's NIC (its
+    # UCX_NET_DEVICES, e.g. ["mlx5_0:1", "mlx5_1:1", ...]); UCX otherwise picks each rank's
+    # NIC itself, which may not be the one nearest the GPU. []: UCX's choice (the default).
+    nics_by_gpu: list[str] = field(default_factory=list)
     # UCX transports (names or aliases: rc, sm, cuda...) at least one of which must carry
     # the KV: the preflight checks each node has one, Points are flagged when none did.
     # []: no expectation. Only intra-node ones (cuda_ipc, shared memory): KV stays on a node.

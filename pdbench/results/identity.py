@@ -122,6 +122,7 @@ ADDED_LATER: dict[str, dict[str, Any]] = {
         },
     },
     "flow": {"policy": "", "policy_force": False},
+    "transport": {"nics_by_gpu": []},
 }
 
 

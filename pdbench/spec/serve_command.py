@@ -16,9 +16,11 @@ from connector.process_env import (
     ENGINE_IDLE_WAIT_ENV,
     ENGINE_START_ENV,
     KV_PARAMS_ADDR_ENV,
+    NIC_BY_GPU_ENV,
     NIXL_PROGRESS_DELAY_ENV,
     ROLE_ENV,
     TRACE_DIR_ENV,
+    nics_text,
 )
 from pdbench.plan.deployments import Deployment, Instance
 from pdbench.spec.vllm_install import VllmInstall, server_entrypoint
@@ -174,6 +176,8 @@ def serve_env(
         env["UCX_TLS"] = transport.ucx_tls
     if transport.ucx_net_devices:
         env["UCX_NET_DEVICES"] = transport.ucx_net_devices
+    if transport.nics_by_gpu and instance.gpus:  # each rank its GPU's NIC (nic_pinning.py)
+        env[NIC_BY_GPU_ENV] = nics_text(transport.nics_by_gpu)
     if instance.role != "mixed":
         env["UCX_PROTO_INFO"] = "y"  # the transports UCX picks go to the log (ucx_proto.py)
         if not instance.gpus:  # NIXL's progress thread polls, not spins (nixl_progress.py)

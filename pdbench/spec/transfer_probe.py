@@ -62,6 +62,8 @@ class TransferProbe:
     iterations: int = PROBE_ITERATIONS
     warmup: int = PROBE_WARMUP
     timeout_s: float = PROBE_TIMEOUT_S
+    # transport.nics_by_gpu: each side reads over its GPU's NIC, as the servers' ranks will
+    nics_by_gpu: tuple[str, ...] = ()
 
     @property
     def shape(self) -> KVShape:
@@ -101,6 +103,7 @@ class TransferProbe:
             **data,
             "backends": list(self.backends),
             "expected_transports": list(data["expected_transports"]),
+            "nics_by_gpu": list(self.nics_by_gpu),
         }
 
     @classmethod
@@ -110,6 +113,7 @@ class TransferProbe:
                 **data,
                 "backends": tuple(data["backends"]),
                 "expected_transports": tuple(data.get("expected_transports", ())),
+                "nics_by_gpu": tuple(data.get("nics_by_gpu", ())),
             }
         )
 
@@ -172,6 +176,7 @@ def transfer_probe(dep: Deployment) -> TransferProbe | None:
         expected_transports=tuple(dep.transport.expected_ucx_transports),
         expected_gb_s=float(dep.transport.expected_gb_s),
         floor_gb_s=floor_gb_s(dep.transport),
+        nics_by_gpu=tuple(dep.transport.nics_by_gpu) if vram else (),
     )
 
 

@@ -451,6 +451,38 @@ def check_flows(cfg: RunConfig) -> list[ConfigProblem]:
     return out
 
 
+def check_nics_by_gpu(cfg: RunConfig) -> list[ConfigProblem]:
+    """``transport.nics_by_gpu``: one NIC for every GPU of a node, on a GPU cluster, and
+    not beside ``ucx_net_devices`` (which pins every rank to one list)."""
+    t, gpus = cfg.transport, cfg.cluster.gpus_per_node
+    out = Problems()
+    if not t.nics_by_gpu:
+        return out
+    if gpus == 0:
+        out.add(
+            "transport.nics_by_gpu", t.nics_by_gpu, "names GPUs' NICs on a cluster of none",
+            "transport.nics_by_gpu=[] on CPU clusters",
+        )  # fmt: skip
+    elif len(t.nics_by_gpu) != gpus:
+        out.add(
+            "transport.nics_by_gpu", t.nics_by_gpu,
+            f"names {len(t.nics_by_gpu)} NIC(s) for the {gpus} GPUs of a node",
+            f"one NIC per GPU, in the GPUs' order ({gpus} entries)",
+        )  # fmt: skip
+    if t.ucx_net_devices:
+        out.add(
+            "transport.ucx_net_devices", t.ucx_net_devices,
+            "pins every rank to the same devices while transport.nics_by_gpu pins each to "
+            "its GPU's NIC", "set one of them: transport.ucx_net_devices=''",
+        )  # fmt: skip
+    if any(not n.strip() or ";" in n for n in t.nics_by_gpu):
+        out.add(
+            "transport.nics_by_gpu", t.nics_by_gpu, "has an empty entry or one with ';'",
+            "a UCX_NET_DEVICES value per GPU, e.g. mlx5_0:1",
+        )  # fmt: skip
+    return out
+
+
 def check_kv_cache(cfg: RunConfig) -> list[ConfigProblem]:
     """Block size, KV buffer device and head size against what the servers' build supports."""
     s, t, m = cfg.server, cfg.transport, cfg.model
@@ -921,6 +953,7 @@ RULES: tuple[Rule, ...] = (
     check_axes_given,
     check_search,
     check_kv_cache,
+    check_nics_by_gpu,
     check_workload_fits,
     check_ports,
     check_command,

@@ -32,7 +32,7 @@ def test_the_page_holds_each_setting_with_its_default_range_and_comment():
 
 
 def test_a_comment_is_found_above_a_field_and_on_its_own_lines():
-    source = '''
+    source = """
 @dataclass
 class C:
     # first line
@@ -42,7 +42,7 @@ class C:
         2, low=0
     )  # closing line
     c: int = 3
-'''
+"""
     found = field_comments(source)
     assert found[("C", "a")] == "first line second line and its end"
     assert found[("C", "b")] == "closing line"

@@ -45,6 +45,7 @@ PLUGIN = {
     "connector.plugin.kv_params_service",
     "connector.plugin.no_lease",
     "connector.plugin.device_clock",
+    "connector.plugin.nic_pinning",
 }
 CONNECTOR_SHARED = {
     "connector.layout",
