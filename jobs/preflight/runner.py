@@ -146,19 +146,29 @@ def transfer_check(
     spec: PreflightSpec, rank: int, rdv: Path | None, env: dict[str, str], report: NodeReport
 ) -> None:
     """The KV-shaped read from P's device to D's (``jobs.preflight.transfer``), last: the
-    nodes have met and their own checks are known. Its GB/s and transport go into the
-    findings of the node that reads."""
-    probe = spec.transfer
-    if probe is not None and not probe.same_node and rdv is None:
-        report.results.append(skipped("transfer", "P and D on two nodes, no shared directory"))
-        return
-    with tempfile.TemporaryDirectory(prefix="pdbench-transfer-") as scratch:
-        work = (rdv if rdv is not None else Path(scratch)) / "transfer"
-        result, found = run_transfer(probe, rank, work, spec.interpreter, env, report.ok)
-    if result is not None:
-        report.results.append(result)
-    if found is not None:
-        report.findings["transfer"] = found
+    nodes have met and their own checks are known; then, where the flows pull on GPUs, the
+    read the other way (P reading D's). Each one's GB/s and transport go into the findings
+    of the node that reads (``transfer``, ``transfer_back``)."""
+    reads = [("transfer", spec.transfer)]
+    if spec.transfer_back is not None:
+        reads.append(("transfer_back", spec.transfer_back))
+    for name, probe in reads:
+        if probe is not None and not probe.same_node and rdv is None:
+            why = "P and D on two nodes, no shared directory"
+            report.results.append(skipped(check_name(name), why))
+            return
+        with tempfile.TemporaryDirectory(prefix="pdbench-transfer-") as scratch:
+            work = (rdv if rdv is not None else Path(scratch)) / name
+            result, found = run_transfer(probe, rank, work, spec.interpreter, env, report.ok)
+        if result is not None:
+            report.results.append(replace(result, check=check_name(name)))
+        if found is not None:
+            report.findings[name] = found
+
+
+def check_name(read: str) -> str:
+    """``transfer`` (D reads P's) or ``transfer back`` (P reads D's, as a pull does)."""
+    return read.replace("_", " ")
 
 
 def cross_node_checks(

@@ -52,6 +52,8 @@ class PreflightSpec:
     server_cli: str = ""  # the ``vllm`` CLI servers start with (``vllm serve``); "": a module
     # One KV-shaped NIXL read from P's device to D's (``jobs.preflight.transfer``); None: none
     transfer: TransferProbe | None = None
+    # ... and from D's device to P's, as a pull reads (GPUs, flows that pull); None: none
+    transfer_back: TransferProbe | None = None
     # GPU servers that compile at their first start (no --enforce-eager: torch.compile and
     # CUDA graphs build Triton's driver stub): a C compiler and Python.h must be there
     compiles: bool = False
@@ -90,6 +92,7 @@ class PreflightSpec:
             "local": self.local,
             "server_cli": self.server_cli,
             "transfer": self.transfer.to_dict() if self.transfer else None,
+            "transfer_back": self.transfer_back.to_dict() if self.transfer_back else None,
             "compiles": self.compiles,
             "registers_memory": self.registers_memory,
         }
@@ -119,6 +122,11 @@ class PreflightSpec:
             registers_memory=bool(data.get("registers_memory", False)),
             server_cli=data.get("server_cli", ""),
             transfer=TransferProbe.from_dict(data["transfer"]) if data.get("transfer") else None,
+            transfer_back=(
+                TransferProbe.from_dict(data["transfer_back"])
+                if data.get("transfer_back")
+                else None
+            ),
         )
 
 
@@ -209,6 +217,7 @@ def spec_from_launch(dep: DeploymentSpec) -> PreflightSpec:
         local=dep.local,
         server_cli=server_cli(dep.instances),
         transfer=dep.transfer,
+        transfer_back=dep.transfer_back,
         compiles=any(i.gpus and "--enforce-eager" not in i.command for i in dep.instances),
         registers_memory=any(t.startswith(RDMA_PREFIXES) for t in dep.expected_ucx_transports),
     )

@@ -19,7 +19,7 @@ from connector.shared_files import Rendezvous
 @dataclass
 class CheckResult:
     check: str  # imports | server | gpus | nvlink | ucx | model | address | ports | run_dir |
-    # reach | transfer
+    # reach | transfer | transfer back
     ok: bool
     found: str
     fix: str = ""

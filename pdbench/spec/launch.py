@@ -49,7 +49,7 @@ from pdbench.plan.points import ORDER_DESIGN, Point, only
 from pdbench.results.jsonable import to_jsonable
 from pdbench.spec.sbatch import local_parameters, sbatch_script
 from pdbench.spec.serve_command import serve_command, serve_env, served_model_name
-from pdbench.spec.transfer_probe import TransferProbe, transfer_probe
+from pdbench.spec.transfer_probe import TransferProbe, transfer_back_probe, transfer_probe
 from pdbench.spec.vllm_install import VllmInstall
 
 LOOPBACK = "127.0.0.1"
@@ -135,6 +135,8 @@ class DeploymentSpec:
     preflight: bool = True  # launch.preflight: run it as the job's first step
     # The preflight's KV-shaped NIXL read from P's device to D's; None: no KV moves (agg)
     transfer: TransferProbe | None = None
+    # ... and P reading D's, as a pull does (GPUs, flows that pull); None: none
+    transfer_back: TransferProbe | None = None
     # Per-request timing lines of each instance's connector plugin: <timing_dir>/<instance>/
     timing_dir: str = ""
     # The Points in the order the job measures them (``pdbench.plan.points``) and its seed.
@@ -164,8 +166,9 @@ class DeploymentSpec:
         fields = dict(data)
         fields["instances"] = [InstanceSpec(**i) for i in data["instances"]]
         fields["router"] = RouterSpec(**data["router"])
-        if data.get("transfer"):
-            fields["transfer"] = TransferProbe.from_dict(data["transfer"])
+        for name in ("transfer", "transfer_back"):
+            if data.get(name):
+                fields[name] = TransferProbe.from_dict(data[name])
         return cls(**fields)
 
 
@@ -290,6 +293,7 @@ def deployment_spec(
         gpu_memory_gib=gpu_memory_gib,
         preflight=preflight,
         transfer=transfer_probe(dep),
+        transfer_back=transfer_back_probe(dep),
         timing_dir=str(timing),
         run_order=[p.point_id for p in sorted(points, key=lambda p: p.order_index)],
         order_seed=points[0].workload.order_seed if points else 0,
@@ -568,6 +572,8 @@ def describe_preflight(dep: DeploymentSpec) -> str:
     expected = ",".join(dep.expected_ucx_transports) or "any"
     memory = f"{dep.gpu_memory_gib:g} GiB" if dep.gpu_memory_gib else "not compared"
     transfer = dep.transfer.describe() if dep.transfer else "no transfer preflight (no P/D)"
+    if dep.transfer_back:
+        transfer += "; then the other way: " + dep.transfer_back.describe().split(": ", 1)[1]
     return (
         f"preflight (every node, before any server): imports with {dep.python}, model "
         f"{dep.model_path}, UCX transports expected: {expected}, GPU memory: {memory}, "

@@ -15,7 +15,7 @@ the ``BenchSpec`` its two processes run.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from connector.bench_config import BlockOrder, MemoryKind, TransferBenchConfig, XferOp
@@ -205,4 +205,27 @@ def bench_spec(probe: TransferProbe, env: dict[str, str] | None = None) -> Bench
         backends=list(probe.backends),
         expected_gb_s=probe.expected_gb_s,
         env=env,
+    )
+
+
+def transfer_back_probe(dep: Deployment) -> TransferProbe | None:
+    """The read the other way, P reading D (what a pull is: P's rank 0 reads the D rank's
+    blocks of the history), for a Deployment whose flows pull (``bidirectional``) on GPUs.
+    On GPUs the two directions need not take one path (GPUDirect RDMA, NVLink P2P may work
+    one way only); in host memory they do, and the forward read stands for both."""
+    forward = transfer_probe(dep)
+    if forward is None or not dep.bidirectional or forward.memory != MemoryKind.VRAM.value:
+        return None
+    split = TPSplit.parse(forward.split)
+    heads = rank_heads(forward.num_kv_heads, split.d_tp, split.ratio - 1)[1]
+    return replace(
+        forward,
+        owner=forward.reader,
+        owner_node=forward.reader_node,
+        owner_gpu=forward.reader_gpu,
+        reader=forward.owner,
+        reader_node=forward.owner_node,
+        reader_gpu=forward.owner_gpu,
+        split="1->1",  # one D rank's heads, read whole by P's rank
+        num_kv_heads=heads,
     )

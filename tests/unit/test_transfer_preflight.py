@@ -10,13 +10,15 @@ import pytest
 
 from connector.bench_config import MemoryKind, XferOp
 from connector.layout import KVLayout
+from jobs.preflight import runner
 from jobs.preflight.checks import check_transfer, transfer_findings
 from jobs.preflight.spec import PreflightSpec, spec_from_launch
 from jobs.preflight.transfer import agent_name, device_env, roles_on, run_transfer
 from pdbench.cli import compose_job
-from pdbench.config.schema import KvBufferDevice, Placement, RoleSpec, TransportConfig
+from pdbench.config.schema import Flow, KvBufferDevice, Placement, RoleSpec, TransportConfig
 from pdbench.plan.deployments import make_plan
 from pdbench.results.manifest import with_nodes
+from pdbench.results.preflight import NodeReport
 from pdbench.spec.launch import DeploymentSpec, build_launch, describe_preflight
 from pdbench.spec.transfer_probe import (
     PROBE_MAX_BYTES,
@@ -24,6 +26,7 @@ from pdbench.spec.transfer_probe import (
     TransferProbe,
     bench_spec,
     floor_gb_s,
+    transfer_back_probe,
     transfer_probe,
 )
 from pdbench.validate.rules import validate
@@ -240,3 +243,45 @@ def test_a_side_that_cannot_start_fails_the_check_in_one_line(tmp_path: Path):
 def test_a_floor_share_outside_0_1_or_negative_tflops_are_refused(override, start):
     (line,) = [str(p) for p in validate(compose_job(["+experiment=smoke", override]))]
     assert line.startswith(start) and ". Fix: " in line
+
+
+def test_a_deployment_that_pulls_on_gpus_is_read_both_ways():
+    """A pull is P reading D's blocks: on GPUs that path is checked too (GPUDirect RDMA and
+    NVLink P2P may work one way only), the same bytes per read, the roles swapped."""
+    cfg = nvlink(gpu_run(p_tp=1, d_tp=2))
+    dep = deployment(cfg)
+    forward, back = transfer_probe(dep), transfer_back_probe(dep)
+    assert dep.bidirectional and back is not None
+    assert (back.owner, back.reader) == (forward.reader, forward.owner)
+    assert (back.owner_gpu, back.reader_gpu) == (forward.reader_gpu, forward.owner_gpu)
+    assert back.nbytes == forward.nbytes and back.split == "1->1"
+    launch = build_launch(cfg, make_plan(cfg), "/m").deployments[0]
+    assert DeploymentSpec.from_dict(json.loads(json.dumps(launch.to_dict()))) == launch
+    assert spec_from_launch(launch).transfer_back == back
+    assert "then the other way: one " in describe_preflight(launch)
+
+
+def test_one_read_where_the_two_ways_are_one_path_or_nothing_pulls():
+    cpu = cpu_run()
+    assert transfer_probe(deployment(cpu)) is not None
+    assert transfer_back_probe(deployment(cpu)) is None  # host memory: one path
+    cfg = nvlink(gpu_run())
+    cfg.flow.flows = [Flow.recompute]  # P never reads D's blocks
+    assert transfer_back_probe(deployment(cfg)) is None
+
+
+def test_the_preflight_runs_the_reads_in_order_each_its_own_check(tmp_path, monkeypatch):
+    cfg = nvlink(gpu_run())
+    spec = spec_from_launch(build_launch(cfg, make_plan(cfg), "/m").deployments[0])
+    ran = []
+
+    def read(probe, rank, work, python, env, healthy):
+        ran.append((probe.reader, work.name))
+        return check_transfer(probe, None), {"reader": probe.reader}
+
+    monkeypatch.setattr(runner, "run_transfer", read)
+    report = NodeReport(rank=0, node_name="node0", hostname="gpu-a01")
+    runner.transfer_check(spec, 0, tmp_path, {}, report)
+    assert ran == [("decode0", "transfer"), ("prefill0", "transfer_back")]
+    assert [r.check for r in report.results] == ["transfer", "transfer back"]
+    assert set(report.findings) == {"transfer", "transfer_back"}
