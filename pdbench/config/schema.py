@@ -225,6 +225,11 @@ class ClusterConfig:
     # pyxis --container-mount-home; false (--no-container-mount-home): the home directory's
     # ~/.local site-packages and caches stay out of the image's Python.
     container_mount_home: bool = False
+    # The image holds SLURM's client (scontrol) set up for this cluster, so a job can requeue
+    # itself from inside it at its time limit (submitit runs scontrol requeue in the task).
+    # false (the default, as in NGC and vLLM images): a run whose jobs need more than one
+    # attempt is refused before submission, with a time limit that fits one.
+    container_has_slurm: bool = False
     # Further srun options for every task (e.g. --mpi=none, --container-remap-root); the
     # options pdbench sets itself (output, error, cpus-per-task, containers) are refused.
     srun_args: list[str] = field(default_factory=list)

@@ -13,7 +13,10 @@ import sys
 from pathlib import Path
 
 from pdbench.config.problems import ConfigProblem, Problems
-from pdbench.config.schema import ExecutorKind, RunConfig
+from pdbench.config.schema import Command, ExecutorKind, RunConfig
+from pdbench.plan.attempt import attempt, job_points
+from pdbench.plan.deployments import make_plan
+from pdbench.plan.lengths import longest_history
 from pdbench.spec.containers import (
     IMAGE_RECIPE,
     RESERVED_SRUN_OPTIONS,
@@ -89,6 +92,39 @@ def check_containers(cfg: RunConfig) -> list[ConfigProblem]:
                 if "cluster." in RESERVED_SRUN_OPTIONS[name]
                 else "drop it",
             )
+    return out
+
+
+def check_container_requeue(cfg: RunConfig) -> list[ConfigProblem]:
+    """A job in a container cannot requeue itself at its time limit unless the image has
+    SLURM's client (submitit runs ``scontrol requeue`` in the task; pyxis #129): a run whose
+    largest job needs more than one attempt by the estimate (``pdbench.plan.attempt``) is
+    refused, with the time limit that holds it, unless ``cluster.container_has_slurm``."""
+    c = cfg.cluster
+    out = Problems()
+    if not c.container_image or c.container_has_slurm or cfg.command is not Command.run:
+        return out
+    if c.executor is not ExecutorKind.slurm:
+        return out
+    plan = make_plan(cfg)
+    if not plan.deployments:
+        return out
+    most = max(job_points(plan, d.deployment_id) for d in plan.deployments)
+    one = attempt(cfg, longest_history(cfg), most)
+    if one.points is None or one.points >= most:
+        return out
+    need_s = one.signal_s + one.startup_s + most * (one.point_s or 0.0)
+    need_min = -(-int(need_s) // 60) + 1
+    out.add(
+        "cluster.container_image",
+        c.container_image,
+        f"runs each task in an image without SLURM's client, so a job cannot requeue itself "
+        f"at its time limit, and the largest job ({most} Points, about {one.point_s:.0f} s "
+        f"each: {one.basis}) needs about {-(-most // max(1, one.points))} attempts of "
+        f"{c.time_limit_min} min",
+        f"cluster.time_limit_min={need_min} (one attempt holds it), fewer Points per job, or "
+        "an image with scontrol for this cluster and cluster.container_has_slurm=true",
+    )
     return out
 
 

@@ -20,7 +20,7 @@ from connector.ucx import (
 )
 from pdbench.config.problems import ConfigProblem, Problems
 from pdbench.config.schema import Command, ExecutorKind, RunConfig
-from pdbench.validate.containers import check_containers
+from pdbench.validate.containers import check_container_requeue, check_containers
 from pdbench.validate.kv_path import KV_PATH_RULES
 from pdbench.validate.model_memory import fits, gpu_need, max_model_len_that_fits
 from pdbench.validate.model_source import (
@@ -198,4 +198,5 @@ GPU_RULES = (
     check_weights_fit,
     check_model_reachable,
     check_containers,
+    check_container_requeue,
 )

@@ -329,3 +329,26 @@ def test_what_a_task_reads_in_the_container_must_be_mounted_at_its_own_path():
     assert [p for p in validate(cfg) if p.field in problems] == []
     cfg.cluster.container_mounts = ["/scratch/me:/mnt/run"]  # mounted, at another path
     assert "dir" in {p.field for p in validate(cfg)}
+
+
+def requeue_refusals(cfg) -> list[str]:
+    return [str(p) for p in validate(cfg) if "cannot requeue itself" in str(p)]
+
+
+def test_a_containerized_run_that_needs_requeues_is_refused_with_a_limit_that_fits():
+    """Inside an image without scontrol a job cannot requeue itself (pyxis #129): a run
+    needing several attempts would stop at its first time limit, so it is refused before
+    submission; the time limit it names holds the job in one attempt."""
+    cfg = container_run()
+    cfg.cluster.gpu_tflops = 989.0  # an estimate of a Point's time
+    cfg.cluster.time_limit_min = 15
+    cfg.workload.history_tokens = [0, 32_000, 64_000, 120_000]
+    cfg.workload.repetitions = 10
+    (refused,) = requeue_refusals(cfg)
+    assert "attempts of 15 min" in refused and "cluster.container_has_slurm=true" in refused
+    limit = int(refused.split("cluster.time_limit_min=")[1].split(" ")[0])
+    cfg.cluster.time_limit_min = limit
+    assert requeue_refusals(cfg) == []  # the fix it names works
+    cfg.cluster.time_limit_min = 15
+    cfg.cluster.container_has_slurm = True  # the image can requeue: nothing to refuse
+    assert requeue_refusals(cfg) == []
