@@ -65,6 +65,40 @@ def test_cpu_preflight_passes_and_records_the_stack(tmp_path):
     assert provenance.nixl_ucx_version() == report.findings["ucx"]["nixl"]
 
 
+def test_the_transfer_preflight_reads_both_ways_with_real_nixl(tmp_path):
+    """The reads a deployment that pulls gets on GPUs (D reads P's, then P reads D's), run
+    here in host memory: two real NIXL reads, one after the other, each its own check and
+    findings (on GPUs the probes differ only in memory kind and devices)."""
+    from dataclasses import replace
+
+    from jobs.preflight import runner
+    from jobs.preflight.probes import probe_env
+    from pdbench.results.preflight import NodeReport
+    from pdbench.spec.transfer_probe import TransferProbe
+
+    forward = TransferProbe(
+        owner="prefill0", owner_node=0, owner_gpu=-1, reader="decode0", reader_node=0,
+        reader_gpu=-1, memory="DRAM", split="1->1", tokens=2048, model="tiny_llama",
+        dtype="bfloat16", num_layers=4, num_kv_heads=2, head_dim=64, dtype_bytes=2,
+        block_size=32, backends=("UCX",), ucx_tls="", expected_transports=(),
+        expected_gb_s=0.0, floor_gb_s=0.0,
+    )  # fmt: skip
+    back = replace(forward, owner="decode0", reader="prefill0")
+    spec = PreflightSpec(
+        nodes=(NodeExpectation(0, ()),),
+        run_dir=str(tmp_path / "run"),
+        model_path=str(tmp_path),
+        transfer=forward,
+        transfer_back=back,
+    )
+    report = NodeReport(rank=0, node_name="node0", hostname="here")
+    runner.transfer_check(spec, 0, tmp_path, probe_env({}), report)
+    checks = {r.check: r for r in report.results}
+    assert checks["transfer"].ok and checks["transfer back"].ok, report.lines()
+    assert "decode0 (node0 DRAM) to prefill0 (node0 DRAM)" in checks["transfer back"].found
+    assert report.findings["transfer_back"]["integrity_ok"]
+
+
 def test_a_missing_model_fails_with_one_line(tmp_path):
     spec = smoke_spec(tmp_path)
     spec = PreflightSpec.from_dict(
