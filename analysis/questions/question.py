@@ -5,8 +5,8 @@ order the console, the HTML report and W&B show them.
 A question's ``answer(ctx)`` returns its answers (empty: the run did not ask it). Each
 answer gives the console ``lines()`` (the first is its headline), ``tables()`` (name ->
 rows of plain values, for the report and W&B) and ``to_dict()`` (summary.json); one may give
-``card()``, the one sentence the answer card shows (else its headline's first line, its
-parentheses dropped: ``card_of``). A plot is
+``card()``, the one sentence the answer card shows (else its headline's first line:
+``card_of``). A plot is
 drawn from the answers with matplotlib's ``pyplot`` passed in (``plotkit`` holds the shared
 helpers); None when there is nothing to draw.
 """
@@ -104,11 +104,11 @@ class Answered:
 
 def card_of(answer: Any) -> str:
     """The sentence an answer card shows: the answer's own ``card()``, else the first line
-    of its headline with the details in parentheses dropped."""
+    of its headline, its asides in parentheses dropped only where it runs long."""
     if hasattr(answer, "card"):
         return answer.card()
     first = answer.lines()[0].split("\n", 1)[0]
-    return shorten(without_parentheses(first), CARD_CHARS)
+    return shorten(first, CARD_CHARS)
 
 
 def without_parentheses(text: str) -> str:

@@ -162,10 +162,11 @@ def _leave_no_processes(tmp_path: Path):
     kill_processes_under(tmp_path)
 
 
-def run_analysis(run_dir: Path, timeout_s: float = 600) -> subprocess.CompletedProcess:
-    """``python -m analysis <run_dir>``, its output captured."""
+def run_analysis(run_dir: Path, *args: str, timeout_s: float = 600) -> subprocess.CompletedProcess:
+    """``python -m analysis <run_dir> [args]``, its output captured (``--details``: every
+    answer's figures, not only the cards)."""
     return subprocess.run(
-        [sys.executable, "-m", "analysis", str(run_dir)],
+        [sys.executable, "-m", "analysis", str(run_dir), *args],
         cwd=REPO,
         capture_output=True,
         text=True,

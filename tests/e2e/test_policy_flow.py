@@ -142,7 +142,10 @@ def test_policy_check_pipeline_measures_every_rule_and_answers_with_verdicts(tmp
     assert static and all(
         x["decision"]["pull"] == (x["decision"]["history_tokens"] >= 128) for x in static
     )
-    analysed = run_analysis(run_dir)
+    cards = run_analysis(run_dir)
+    assert cards.returncode == 0, cards.stdout[-3000:] + cards.stderr[-3000:]
+    assert "the policy vs the best static rule" in cards.stdout  # its card, by default
+    analysed = run_analysis(run_dir, "--details")
     assert analysed.returncode == 0, analysed.stdout[-3000:] + analysed.stderr[-3000:]
     out = analysed.stdout
     assert "the policy vs the best static rule" in out
