@@ -33,7 +33,7 @@ h2 { font-size: 1.2em; margin-top: 1.8em; border-bottom: 1px solid #d6dbe1;
 .details li { margin: 0.35em 0; font-size: 0.92em; }
 table { border-collapse: collapse; font-size: 0.85em; margin: 0.6em 0; max-width: 100%; }
 th, td { border: 1px solid #d6dbe1; padding: 3px 7px; text-align: right; vertical-align: top;
-         overflow-wrap: anywhere; }
+         overflow-wrap: break-word; }
 td.l { max-width: 30em; }
 th { background: #f1f3f6; } td.l, th.l { text-align: left; }
 tr:nth-child(even) td { background: #fafbfc; }
@@ -41,6 +41,7 @@ tr:nth-child(even) td { background: #fafbfc; }
 .invalid { background: #fdecea; border-left: 4px solid #b42318; padding: 0.6em 1em; }
 figure { margin: 1em 0 1.6em; } figure img { max-width: 100%; border: 1px solid #e3e7ec; }
 figcaption { font-size: 0.9em; color: #5c6773; }
+ol.notes { font-size: 0.8em; color: #5c6773; margin-top: 0; }
 code, pre { font-size: 0.85em; background: #f4f6f8; padding: 0 3px; }
 """
 
@@ -58,21 +59,45 @@ def cell(value: Any) -> str:
     return esc(value)
 
 
+LONG_CELL = 60  # characters: longer text goes below the table, the cell keeps its start
+
+
 def table(rows: list[dict[str, Any]], left: tuple[str, ...] = (), bad: str | None = None) -> str:
-    """An HTML table of dict rows; columns in ``left`` align left, ``bad`` marks a row red."""
+    """An HTML table of dict rows; columns in ``left`` align left, ``bad`` marks a row red.
+    A cell of long text keeps its first clause and a note mark; the whole text follows the
+    table as a numbered note, so the table stays narrow."""
     if not rows:
         return '<p class="muted">(none)</p>'
     cols = list(dict.fromkeys(c for r in rows for c in r))
     out = ['<div class="scroll"><table><tr>']
     out += [f'<th class="{"l" if c in left else ""}">{esc(c)}</th>' for c in cols]
     out.append("</tr>")
+    notes: list[str] = []
     for r in rows:
         cls = ' class="bad"' if bad and r.get(bad) not in (None, "", "ok") else ""
         out.append(f"<tr{cls}>")
-        out += [f'<td class="{"l" if c in left else ""}">{cell(r.get(c))}</td>' for c in cols]
+        for c in cols:
+            value = r.get(c)
+            if isinstance(value, str) and len(value) > LONG_CELL:
+                if value not in notes:  # one note for text repeated down a column
+                    notes.append(value)
+                shown = f"{esc(lead(value))} <sup>[{notes.index(value) + 1}]</sup>"
+            else:
+                shown = cell(value)
+            out.append(f'<td class="{"l" if c in left else ""}">{shown}</td>')
         out.append("</tr>")
     out.append("</table></div>")
+    if notes:
+        out.append('<ol class="notes">' + "".join(f"<li>{esc(n)}</li>" for n in notes))
+        out.append("</ol>")
     return "".join(out)
+
+
+def lead(text: str) -> str:
+    """The start of a long cell: up to its first parenthesis, ';' or the length allowed."""
+    cut = min((i for i in (text.find(" ("), text.find("; ")) if i > 0), default=len(text))
+    head = text[: min(cut, LONG_CELL)].rstrip()
+    return head + ("…" if len(head) < len(text) else "")
 
 
 def points_tables(rows: list[dict[str, Any]]) -> str:
