@@ -42,10 +42,18 @@ def test_the_launch_spec_hands_the_map_to_every_gpu_server():
 def test_the_plugin_pins_the_worker_before_its_agent_exists(monkeypatch):
     monkeypatch.setenv(NIC_BY_GPU_ENV, nics_text(NICS))
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "2,3")
-    monkeypatch.delenv("UCX_NET_DEVICES", raising=False)
+    # set through monkeypatch, so that what pin_nic writes is undone after the test: a
+    # UCX_NET_DEVICES left in this process failed every later NIXL agent of the worker
+    monkeypatch.setenv("UCX_NET_DEVICES", "as-before")
     assert nic_pinning.pin_nic(1) == "mlx5_3:1"
     assert os.environ["UCX_NET_DEVICES"] == "mlx5_3:1"
     assert nic_pinning.pin_nic(None) == ""  # a CPU build: nothing to pin
+
+
+def test_pinning_leaves_no_nic_behind_for_later_agents():
+    """What the test above set is gone (the NIXL agents later tests build in this process
+    must find UCX's own choice)."""
+    assert os.environ.get("UCX_NET_DEVICES") != "mlx5_3:1"
 
 
 def test_the_transfer_preflight_reads_over_the_same_nics():
