@@ -130,7 +130,7 @@ def valid(answered: list[Answered]) -> bool:
 
 
 def summary_dict(
-    data: RunData, answered: list[Answered], plots: list[str], labels: list[str] = ()
+    data: RunData, answered: list[Answered], plots: list[str], labels: list[str] | None = None
 ) -> dict[str, Any]:
     pts = data.points
     bench = data.bench
@@ -140,7 +140,7 @@ def summary_dict(
     return json_safe(
         {
             "run_dirs": [str(d) for d in data.run_dirs],
-            "cards": answer_cards(data, answered, list(labels)),
+            "cards": answer_cards(data, answered, labels or []),
             "answer": answer_lines(data, answered),
             "valid": valid(answered),
             "questions": {a.question.name: a.to_dict() for a in answered if a.asked},

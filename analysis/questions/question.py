@@ -5,10 +5,9 @@ order the console, the HTML report and W&B show them.
 A question's ``answer(ctx)`` returns its answers (empty: the run did not ask it). Each
 answer gives the console ``lines()`` (the first is its headline), ``tables()`` (name ->
 rows of plain values, for the report and W&B) and ``to_dict()`` (summary.json); one may give
-``card()``, the one sentence the answer card shows (else its headline's first line:
-``card_of``). A plot is
-drawn from the answers with matplotlib's ``pyplot`` passed in (``plotkit`` holds the shared
-helpers); None when there is nothing to draw.
+``card()``, the one sentence its answer card shows (else its headline's first line:
+``card_of``). A plot is drawn from the answers with matplotlib's ``pyplot`` passed in
+(``plotkit`` holds the shared helpers); None when there is nothing to draw.
 """
 
 from __future__ import annotations
