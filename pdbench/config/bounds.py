@@ -45,11 +45,16 @@ class Bounds:
     def describe(self) -> str:
         parts = []
         if self.low is not None:
-            parts.append(f"{'>' if self.above else '>='} {self.low:g}")
+            parts.append(f"{'>' if self.above else '>='} {number(self.low)}")
         if self.high is not None:
-            parts.append(f"<= {self.high:g}")
+            parts.append(f"<= {number(self.high)}")
         text = " and ".join(parts) or "a finite number"
-        return text + (f" (or {self.off:g}: off/auto)" if self.off is not None else "")
+        return text + (f" (or {number(self.off)}: off/auto)" if self.off is not None else "")
+
+
+def number(x: float) -> str:
+    """``1,000,000`` and ``0.25``: a reader's numbers, never ``1e+06``."""
+    return f"{int(x):,}" if float(x).is_integer() else f"{x:g}"
 
 
 def bounded(default: Any = MISSING, *, factory: Any = MISSING, **bounds: Any) -> Any:

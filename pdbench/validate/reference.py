@@ -25,7 +25,7 @@ from typing import Any
 
 from pdbench.config import schema
 from pdbench.config.axes import AXIS_KEY
-from pdbench.config.bounds import Bounds, bounds_of
+from pdbench.config.bounds import bounds_of, number
 from pdbench.validate.bounds import EXTERNAL_BOUNDS
 
 
@@ -117,21 +117,6 @@ def value_text(value: Any) -> str:
     return str(value)
 
 
-def number(x: float) -> str:
-    """``1,000,000`` and ``0.25``: a reader's numbers, never ``1e+06``."""
-    return f"{int(x):,}" if float(x).is_integer() else f"{x:g}"
-
-
-def range_text(b: Bounds) -> str:
-    parts = []
-    if b.low is not None:
-        parts.append(f"{'>' if b.above else '>='} {number(b.low)}")
-    if b.high is not None:
-        parts.append(f"<= {number(b.high)}")
-    text = " and ".join(parts)
-    return text + (f" (or {number(b.off)}: off/auto)" if b.off is not None else "")
-
-
 def enum_of(tp: Any) -> type[enum.Enum] | None:
     for t in (tp, *typing.get_args(tp)):
         if inspect.isclass(t) and issubclass(t, enum.Enum):
@@ -166,7 +151,7 @@ def settings(cls: type, prefix: str = "") -> list[Setting]:
         if choices is not None:
             allowed = ", ".join(str(m.value) for m in choices)
         elif bounds is not None:
-            allowed = range_text(bounds)
+            allowed = bounds.describe()
         else:
             allowed = ""
         level = f.metadata.get(AXIS_KEY)
