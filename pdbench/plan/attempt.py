@@ -70,6 +70,18 @@ class Attempt:
             return None
         return max(0, math.floor(self.measuring_s / self.point_s))
 
+    @property
+    def attempts(self) -> int | None:
+        """Attempts the job needs by the estimate, at least one Point each (None: no estimate;
+        where not one Point fits, no number of attempts does: ``describe`` says so)."""
+        if self.points is None:
+            return None
+        return math.ceil(self.job_points / max(1, self.points))
+
+    def limit_min_for(self, points: int) -> int:
+        """The time limit (minutes) one attempt of ``points`` Points needs."""
+        return math.ceil((self.signal_s + self.startup_s + points * (self.point_s or 0)) / 60) + 1
+
     def describe(self) -> str:
         head = (
             f"each SLURM attempt: time limit {self.time_limit_s / 60:g} min, less "
@@ -84,15 +96,14 @@ class Attempt:
             )
         per = f"a Point takes about {self.point_s:.0f} s ({self.basis})"
         if self.points < 1:
-            need = math.ceil((self.signal_s + self.startup_s + self.point_s) / 60) + 1
+            need = self.limit_min_for(1)
             return (
                 f"{head}; {per}: no Point fits, and an attempt that records none is not "
                 f"requeued. Fix: cluster.time_limit_min={need} or more"
             )
-        attempts = math.ceil(self.job_points / self.points)
         return (
             f"{head}; {per}: about {self.points} Point(s) per attempt, so a job of "
-            f"{self.job_points} Point(s) needs about {attempts} attempt(s)"
+            f"{self.job_points} Point(s) needs about {self.attempts} attempt(s)"
         )
 
 

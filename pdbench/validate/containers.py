@@ -113,17 +113,15 @@ def check_container_requeue(cfg: RunConfig) -> list[ConfigProblem]:
     one = attempt(cfg, longest_history(cfg), most)
     if one.points is None or one.points >= most:
         return out
-    need_s = one.signal_s + one.startup_s + most * (one.point_s or 0.0)
-    need_min = -(-int(need_s) // 60) + 1
     out.add(
         "cluster.container_image",
         c.container_image,
         f"runs each task in an image without SLURM's client, so a job cannot requeue itself "
         f"at its time limit, and the largest job ({most} Points, about {one.point_s:.0f} s "
-        f"each: {one.basis}) needs about {-(-most // max(1, one.points))} attempts of "
-        f"{c.time_limit_min} min",
-        f"cluster.time_limit_min={need_min} (one attempt holds it), fewer Points per job, or "
-        "an image with scontrol for this cluster and cluster.container_has_slurm=true",
+        f"each: {one.basis}) needs about {one.attempts} attempts of {c.time_limit_min} min",
+        f"cluster.time_limit_min={one.limit_min_for(most)} (one attempt holds it), fewer "
+        "Points per job, or an image with scontrol for this cluster and "
+        "cluster.container_has_slurm=true",
     )
     return out
 
