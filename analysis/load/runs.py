@@ -25,7 +25,7 @@ import json
 import math
 import sys
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -260,6 +260,9 @@ def _read_jsonl(path: Path, decode: Callable[[Any, str], T], bad_lines: list[str
 
 
 DROPPED = ("output_token_ids", "itl_ms", "chunk_tokens", "ttft_split", "schema_version")
+# A request's columns: its fields but the per-token lists, read without copying them (a
+# deep copy of every record, asdict's, was half the time of analysing a run's requests).
+REQUEST_COLUMNS = tuple(f.name for f in fields(RequestRecord) if f.name not in DROPPED)
 
 
 def _request_rows(row: dict[str, Any], recs: list[RequestRecord]) -> list[dict]:
@@ -276,13 +279,19 @@ def _request_rows(row: dict[str, Any], recs: list[RequestRecord]) -> list[dict]:
                 "point_history_tokens": row["history_tokens"],
                 "repetition": row["repetition"],
                 "order_index": row["order_index"],
-                **{k: v for k, v in asdict(r).items() if k not in DROPPED},
+                **{k: _shallow(getattr(r, k)) for k in REQUEST_COLUMNS},
                 "output_tokens": len(r.output_token_ids),
                 "itl_ms_mean": sum(r.itl_ms) / len(r.itl_ms) if r.itl_ms else None,
                 **{f"split_{k}": _float(split.get(k)) for k in SPLIT_PARTS if split},
             }
         )
     return out
+
+
+def _shallow(value: Any) -> Any:
+    """A record's field for a row: its dicts copied one level (a row never shares the
+    record's), anything else as it is (the fields left are numbers, strings and dicts)."""
+    return dict(value) if isinstance(value, dict) else value
 
 
 def _point_at(windows: list[tuple[float, float, str]], t: float | None) -> str:
