@@ -23,8 +23,15 @@ LIVE_STATES = frozenset(
 )
 
 
+QUERY_TIMEOUT_S = 10
+NO_ANSWER = "SLURM's controller did not answer"
+
+
 def slurm_state(job_id: str) -> str:
-    """A job's state from squeue, then scontrol (no accounting needed); '' when unknown."""
+    """A job's state from squeue, then scontrol (no accounting needed); '' when SLURM does
+    not know the job. When the controller does not answer (down, unreachable, overloaded)
+    scontrol, which asks the same controller, is not tried: the text says so, with squeue's
+    own words, instead of reading as a job SLURM has forgotten."""
     if not shutil.which("squeue"):
         return ""
     for cmd in (
@@ -32,9 +39,14 @@ def slurm_state(job_id: str) -> str:
         ["scontrol", "show", "job", job_id, "-o"],
     ):
         try:
-            out = subprocess.run(cmd, capture_output=True, text=True, timeout=10).stdout.strip()
+            done = subprocess.run(cmd, capture_output=True, text=True, timeout=QUERY_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            return f"{NO_ANSWER} within {QUERY_TIMEOUT_S} s ({cmd[0]})"
         except (OSError, subprocess.SubprocessError):
             continue
+        out = done.stdout.strip()
+        if done.returncode != 0 and "contact slurm controller" in done.stderr.lower():
+            return f"{NO_ANSWER} ({cmd[0]}: {done.stderr.strip().splitlines()[0]})"
         if not out:
             continue
         if cmd[0] == "squeue":

@@ -1,3 +1,5 @@
+import os
+
 import pytest
 
 from pdbench.driver.run_dir import write_manifest
@@ -84,3 +86,33 @@ def test_a_corrupt_manifest_is_named_with_a_rerun_that_works(tmp_path, capsys):
     out = capsys.readouterr().out
     assert f"{tmp_path}/manifest.json: corrupt record (" in out
     assert "Fix: rerun the command that made the run with dir=" in out
+
+
+def fake_slurm_bin(tmp_path, monkeypatch, squeue: str) -> None:
+    """``squeue`` and ``scontrol`` that run ``squeue``'s shell text, first on PATH; what the
+    real ones do against a live controller is the e2e tier's (tests/e2e/test_local_slurm.py)."""
+    for name in ("squeue", "scontrol"):
+        tool = tmp_path / "bin" / name
+        tool.parent.mkdir(exist_ok=True)
+        tool.write_text(f"#!/bin/sh\n{squeue}\n")
+        tool.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}:{os.environ['PATH']}")
+
+
+def test_a_controller_that_does_not_answer_is_said_not_read_as_a_forgotten_job(
+    tmp_path, monkeypatch
+):
+    from pdbench.driver import slurm_state
+
+    # squeue's words when slurmctld is down (slurm 23.x), exit 1
+    fake_slurm_bin(
+        tmp_path,
+        monkeypatch,
+        'echo "slurm_load_jobs error: Unable to contact slurm controller (connect failure)" >&2'
+        "; exit 1",
+    )
+    said = slurm_state.slurm_state("123")
+    assert said.startswith("SLURM's controller did not answer (squeue: slurm_load_jobs error")
+    # a controller that answers, not knowing the job: nothing said (status: "not known")
+    fake_slurm_bin(tmp_path, monkeypatch, "exit 0")
+    assert slurm_state.slurm_state("123") == ""
