@@ -372,7 +372,8 @@ def own_disk(tmp_path: Path) -> Iterator[Path]:
 def test_a_disk_that_fills_mid_run_is_one_line_and_the_records_stay_whole(own_disk: Path):
     """The run dir's disk fills while the second Point runs: the run ends with one pdbench
     line (the file, the space left, the fix; no traceback), every record written is whole,
-    no server is left, and the rerun resumes once there is room."""
+    no server is left, and once there is room the rerun skips the Points kept and runs the
+    rest."""
     run_dir = own_disk / "run"
     proc = start_pdbench([*SMALL, f"dir={run_dir}"])
     try:
@@ -391,8 +392,12 @@ def test_a_disk_that_fills_mid_run_is_one_line_and_the_records_stay_whole(own_di
     assert "Traceback" not in out
     for record in (run_dir / "points").glob("*.json"):
         json.loads(record.read_text())  # whole: atomic writes
-    assert len(ok_ids(run_dir)) >= 1 and server_pids(run_dir) == []
-    filler.unlink()  # room again: the rerun measures only what is missing
-    rerun = run_pdbench([*SMALL, f"dir={run_dir}"], 900)
+    kept = ok_ids(run_dir)
+    assert len(kept) >= 1 and server_pids(run_dir) == []
+    filler.unlink()  # room again: the rerun reads what was kept and plans only the rest
+    # (its dry run: a rerun that measures the rest is the fault chain's, after five cuts)
+    rerun = run_pdbench([*SMALL, f"dir={run_dir}", "launch.dry_run=true"], 300)
     assert rerun.returncode == 0, rerun.stdout[-3000:]
-    assert "recorded ok are skipped" in rerun.stdout and len(ok_ids(run_dir)) == 3
+    head = f"{len(kept)} Point(s) recorded ok are skipped, {3 - len(kept)} run"
+    assert head in rerun.stdout, rerun.stdout[-3000:]
+    assert all(f"skip {pid} (ok)" in rerun.stdout for pid in kept), rerun.stdout[-3000:]

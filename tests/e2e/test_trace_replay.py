@@ -27,7 +27,7 @@ from tests.e2e.conftest import (
 pytestmark = pytest.mark.e2e
 
 SCALE = 1 / 64  # a ~20,000-token conversation becomes ~300 tokens: tiny_llama's 2,048 fit
-SPEEDUP = 30  # pauses of ~1 min become ~2 s: inside the pull window of the 15 s lease
+SPEEDUP = 60  # pauses of ~1 min become ~1 s: inside the pull window of the 15 s lease
 
 
 def replay_args(run_dir, path, *more: str) -> list[str]:
