@@ -104,7 +104,7 @@ def test_a_controller_that_does_not_answer_is_said_not_read_as_a_forgotten_job(
 ):
     from pdbench.driver import slurm_state
 
-    # squeue's words when slurmctld is down (slurm 23.x), exit 1
+    # squeue's words when slurmctld is down (slurm 22.05, after ~18 s of retries), exit 1
     fake_slurm_bin(
         tmp_path,
         monkeypatch,
