@@ -116,3 +116,12 @@ def test_a_controller_that_does_not_answer_is_said_not_read_as_a_forgotten_job(
     # a controller that answers, not knowing the job: nothing said (status: "not known")
     fake_slurm_bin(tmp_path, monkeypatch, "exit 0")
     assert slurm_state.slurm_state("123") == ""
+
+
+def test_a_controller_that_does_not_answer_in_time_is_said_with_the_wait(tmp_path, monkeypatch):
+    from pdbench.driver import slurm_state
+
+    # the real squeue retries a dead controller for ~18 s before its error (slurm 22.05)
+    monkeypatch.setattr(slurm_state, "QUERY_TIMEOUT_S", 1)
+    fake_slurm_bin(tmp_path, monkeypatch, "sleep 5")
+    assert slurm_state.slurm_state("123") == "SLURM's controller did not answer within 1 s (squeue)"
