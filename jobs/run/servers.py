@@ -8,7 +8,9 @@ from pathlib import Path
 
 from connector.shared_files import write_json_atomic
 from jobs.run.state import TaskState
+from jobs.serving.forker import MODULE_FLAG, ServerForker
 from jobs.serving.server import ServerProcess, wait_all_ready
+from pdbench.config.schema import CpuServerStart
 from pdbench.spec.launch import InstanceSpec, RouterSpec
 
 ROUTER_READY_S = 60.0  # the router is a small Python process
@@ -18,11 +20,32 @@ def say(line: str) -> None:
     print(f"[pdbench] {line}", flush=True)
 
 
+def start_forker(
+    stack: ExitStack, mine: list[InstanceSpec], task: TaskState, how: CpuServerStart
+) -> ServerForker | None:
+    """Under ``server.cpu_start=fork``, the process this node's CPU servers are forked from
+    (``jobs.serving.forker``), started now so that its import of vLLM overlaps the
+    preflight; None where none is (GPU instances, ``exec``, a command not ``python -m``)."""
+    forkable = [i for i in mine if not i.gpus and i.command[1:2] == [MODULE_FLAG]]
+    if how is not CpuServerStart.fork or not forkable:
+        return None
+    first = forkable[0]
+    shared = {k: v for k, v in first.env.items() if all(i.env.get(k) == v for i in forkable)}
+    log = Path(first.log_path).parent / f"server-forker.node{task.rank}.log"
+    forker = ServerForker(first.command[0], first.command[2], shared, log)
+    return stack.enter_context(forker)
+
+
 def start_servers(
-    stack: ExitStack, mine: list[InstanceSpec], task: TaskState, startup_timeout_s: float
+    stack: ExitStack,
+    mine: list[InstanceSpec],
+    task: TaskState,
+    startup_timeout_s: float,
+    forker: ServerForker | None = None,
 ) -> dict[str, str]:
-    """Start the instances placed on this node and wait until all answer ``/health``; the
-    URL of each, by name. ``ServerStartError`` (with the log tail) when one cannot."""
+    """Start the instances placed on this node (forked from ``forker`` where it can) and
+    wait until all answer ``/health``; the URL of each, by name. ``ServerStartError``
+    (with the log tail) when one cannot."""
     procs: list[tuple[InstanceSpec, ServerProcess]] = []
     for inst in mine:
         proc = ServerProcess(
@@ -32,6 +55,7 @@ def start_servers(
             log_path=Path(inst.log_path),
             health_url=inst.health_url,
             cpus=inst.cpus,
+            forker=None if inst.gpus else forker,
         )
         stack.enter_context(proc)
         procs.append((inst, proc))

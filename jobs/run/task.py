@@ -29,7 +29,7 @@ from jobs.run.point import new_record
 from jobs.run.rendezvous import NodeFailed, NodeRendezvous, gather_timeout_s
 from jobs.run.search_points import SearchPoints
 from jobs.run.serve import ServeUntilStopped
-from jobs.run.servers import say, start_servers
+from jobs.run.servers import say, start_forker, start_servers
 from jobs.run.state import TaskState
 from jobs.serving.server import ServerStartError
 from pdbench.config.schema import TrackingConfig
@@ -105,16 +105,17 @@ class DeploymentTask:
 
     def _run(self, stack: ExitStack, store: RunStore, meeting: NodeRendezvous) -> dict[str, Any]:
         task, spec = self.task, self.spec
+        mine = map_devices(resolve(spec, {task.rank: task.host}), task.rank, task.devices)
+        server = self.deployment.server
+        forker = start_forker(stack, mine.on_node(task.rank), task, server.cpu_start)
         if spec.preflight:
             self.preflight(store, meeting)
-        mine = map_devices(resolve(spec, {task.rank: task.host}), task.rank, task.devices)
-        timeout_s = self.deployment.server.startup_timeout_s
-        urls = start_servers(stack, mine.on_node(task.rank), task, timeout_s)
+        urls = start_servers(stack, mine.on_node(task.rank), task, server.startup_timeout_s, forker)
         meeting.publish_node(task.host, urls, task.devices)
         if task.rank != 0:
             meeting.wait_for_rank0()
             return {"rank": task.rank, "host": task.host}
-        nodes = meeting.gather_nodes(gather_timeout_s(timeout_s))
+        nodes = meeting.gather_nodes(gather_timeout_s(server.startup_timeout_s))
         # Every node's address and devices are known now: the spec as it ran.
         ran = resolve(spec, nodes.addresses)
         for node, visible in nodes.devices.items():

@@ -25,6 +25,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from connector.parent_death import die_with_parent
+from jobs.serving.forker import ForkedProcess, ServerForker
 
 
 class ServerStartError(RuntimeError):
@@ -51,10 +52,13 @@ class ServerProcess:
         health_url: str,
         grace_s: float = 15.0,
         cpus: list[int] | None = None,
+        forker: ServerForker | None = None,
     ):
         """``cpus``: the cores the whole process tree runs on (a CPU instance's API server,
         engine core and workers: unpinned, vLLM's processes of every instance pile onto one
-        core; ``VLLM_CPU_OMP_THREADS_BIND`` pins only the forward threads). None: any."""
+        core; ``VLLM_CPU_OMP_THREADS_BIND`` pins only the forward threads). None: any.
+        ``forker``: where ``cmd`` is ``python -m`` of the forker's module, the process is
+        forked from it (``jobs.serving.forker``) instead of started on its own."""
         self.name = name
         self.cpus = sorted(set(cpus)) if cpus else None
         self.cmd = cmd
@@ -62,7 +66,8 @@ class ServerProcess:
         self.log_path = Path(log_path)
         self.health_url = health_url
         self.grace_s = grace_s
-        self.proc: subprocess.Popen | None = None
+        self.forker = forker if forker is not None and forker.can_fork(cmd) else None
+        self.proc: subprocess.Popen | ForkedProcess | None = None
         self._log = None
 
     def start(self) -> ServerProcess:
@@ -70,8 +75,18 @@ class ServerProcess:
         self._log = open(self.log_path, "ab")  # noqa: SIM115 - closed in stop()
         pinned = f"[cores {','.join(map(str, self.cpus))}] " if self.cpus else ""
         self._log.write(f"$ {pinned}{' '.join(self.cmd)}\n".encode())
+        if self.forker is not None:
+            self._log.write(
+                f"pdbench: forked from pid {self.forker.proc.pid} once it has imported "
+                f"{self.forker.module} (log {self.forker.log_path}; server.cpu_start=exec "
+                "starts each server on its own)\n".encode()
+            )
         self._log.flush()
         cpus, parent = self.cpus, os.getpid()
+        if self.forker is not None:
+            env = {**os.environ, **self.env}
+            self.proc = self.forker.fork(self.cmd[3:], env, self.log_path, cpus or [])
+            return self
         self.proc = subprocess.Popen(
             self.cmd,
             env={**os.environ, **self.env},
@@ -104,7 +119,7 @@ class ServerProcess:
     def stop(self) -> None:
         """SIGTERM the process group, SIGKILL it after the grace period, reap."""
         proc = self.proc
-        if proc is not None:
+        if proc is not None and proc.pid is not None:  # not forked yet: ends with its forker
             pgid = proc.pid  # its own session's leader: the group's id, dead or alive
             _signal_group(pgid, signal.SIGTERM)
             try:

@@ -18,7 +18,8 @@ transport  backends, memory kind, UCX settings, env      expected_ucx_transports
                                                          flags, not the transfer)
 server     vLLM flags, KV space, threads, env, extra     startup_timeout_s, base_port,
            args, kv_load_failure_policy                  side_channel_base_port, router_port,
-                                                         vllm_base_port
+                                                         vllm_base_port, cpu_start (how a
+                                                         server starts, not what it runs)
 flow       kv_recompute_threshold, decoder_kv_blocks_   kv_sample_period_s (how often D's KV
            ttl_s, kv_tail (D waits out the TTL after    occupancy is read, not what D does),
                                                          serve (what `serve` serves)
@@ -62,6 +63,7 @@ OPERATIONAL: dict[str, frozenset[str]] = {
             "side_channel_base_port",
             "router_port",
             "vllm_base_port",
+            "cpu_start",
         }
     ),
     "workload": frozenset({"request_timeout_s"}),

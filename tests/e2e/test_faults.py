@@ -18,7 +18,6 @@ import pytest
 from tests.e2e.conftest import (
     NO_PREFLIGHT,
     REPO,
-    SERVER_MODULE,
     kill_processes_under,
     pdbench_command,
     processes_under,
@@ -80,15 +79,29 @@ def wait_for_a_new_ok_point(
 
 
 def server_on_port(run_dir: Path, port: int) -> psutil.Process:
-    """The API server on ``port`` (not its forked engine core, which has its command line)."""
-    pids = server_pids(run_dir)
-    for pid in pids:
+    """The API server listening on ``port``: not its engine core, a child that holds the
+    same socket (a server forked from ``jobs.serving.forkserver`` carries the forker's
+    command line, so the port, not the command line, says which server it is)."""
+    listening = [pid for pid in server_pids(run_dir) if listens(pid, port)]
+    listening += [
+        child.pid
+        for pid in listening
+        for child in psutil.Process(pid).children(recursive=True)
+        if listens(child.pid, port)
+    ]
+    for pid in listening:
         proc = psutil.Process(pid)
-        cmd = proc.cmdline()
-        if SERVER_MODULE in cmd and "--port" in cmd and cmd[cmd.index("--port") + 1] == str(port):
-            if proc.ppid() not in pids:
-                return proc
+        if proc.ppid() not in listening:
+            return proc
     raise AssertionError(f"no vLLM server on port {port}")
+
+
+def listens(pid: int, port: int) -> bool:
+    try:
+        conns = psutil.Process(pid).net_connections("tcp")
+    except (psutil.NoSuchProcess, psutil.AccessDenied):
+        return False
+    return any(c.status == psutil.CONN_LISTEN and c.laddr and c.laddr.port == port for c in conns)
 
 
 def port_held(port: int) -> bool:

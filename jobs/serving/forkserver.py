@@ -1,0 +1,132 @@
+"""A process that imports a server's Python module once and forks each server from it.
+
+``python -m jobs.serving.forkserver MODULE`` imports MODULE (vLLM's API server: ~10 of the
+~15 CPU-seconds a CPU server takes to start), then reads requests on stdin, one JSON line
+each: ``{"id", "argv", "env", "log", "cpus"}``. For each it forks a child that becomes the
+server, as ``python -m MODULE ARGV`` would: its own session, ``env`` as its whole
+environment, stdout and stderr appended to ``log``, stdin from /dev/null, pinned to
+``cpus``, SIGKILLed when this process dies (which dies with the task that started it), then
+MODULE run as ``__main__``. Replies on stdout, one JSON line each: ``{"ready": true}`` once
+imported, ``{"id", "pid"}`` per fork, ``{"pid", "code"}`` when a child ends (its return
+code as ``subprocess`` gives it: ``-N`` for a signal). EOF on stdin ends it: its children
+are SIGKILLed first.
+
+The task side is ``jobs.serving.forker``. Requests that arrive while MODULE is still being
+imported wait in the pipe: servers are asked for at once and forked when it is ready.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import runpy
+import select
+import signal
+import sys
+
+from connector.parent_death import die_with_parent
+
+POLL_S = 0.2  # how often ended children are looked for between requests
+
+
+def reply(message: dict) -> None:
+    """One JSON line to the task (written whole: never through ``sys.stdout``'s buffer, which
+    a child would inherit and flush into its log)."""
+    os.write(1, (json.dumps(message) + "\n").encode())
+
+
+def return_code(status: int) -> int:
+    """``waitpid``'s status as ``subprocess`` reports it: the exit code, or -signal."""
+    return -os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status)
+
+
+def reap(children: set[int]) -> None:
+    """Report every child that has ended (and stop watching it)."""
+    for pid in list(children):
+        try:
+            done, status = os.waitpid(pid, os.WNOHANG)
+        except ChildProcessError:
+            children.discard(pid)
+            continue
+        if done:
+            children.discard(pid)
+            reply({"pid": pid, "code": return_code(status)})
+
+
+def become_server(module: str, request: dict, forker: int) -> None:
+    """In the forked child: set up the process as the task would have, then run ``module``
+    as ``python -m module`` runs it (returns when it returns; SystemExit propagates)."""
+    os.setsid()
+    die_with_parent(forker)
+    signal.signal(signal.SIGUSR2, signal.SIG_IGN)  # SLURM's time-limit warning: stay up
+    cpus = set(request.get("cpus") or ())
+    if cpus:
+        allowed = cpus & os.sched_getaffinity(0)
+        if allowed:
+            os.sched_setaffinity(0, allowed)
+    log = os.open(request["log"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    null = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(null, 0)
+    os.dup2(log, 1)
+    os.dup2(log, 2)
+    os.close(log)
+    os.close(null)
+    if cpus and not cpus & os.sched_getaffinity(0):
+        os.write(2, f"pdbench: cores {sorted(cpus)} are outside this task's; not pinned\n".encode())
+    os.environ.clear()
+    os.environ.update(request["env"])
+    sys.argv = [module, *request["argv"]]  # run_module puts the module's path first
+    # Run as ``python -m`` runs it: its code again, as ``__main__`` (what it imports is
+    # imported already), not the copy imported under its own name.
+    sys.modules.pop(module, None)
+    runpy.run_module(module, run_name="__main__", alter_sys=True)
+
+
+def serve(module: str) -> int:
+    """Fork a server per request until stdin ends; in a child, the server's exit code."""
+    children: set[int] = set()
+    pending = b""
+    me = os.getpid()
+    while True:
+        readable, _, _ = select.select([0], [], [], POLL_S)
+        if readable:
+            chunk = os.read(0, 1 << 16)
+            if not chunk:
+                break
+            pending += chunk
+            while b"\n" in pending:
+                line, pending = pending.split(b"\n", 1)
+                request = json.loads(line)
+                pid = os.fork()
+                if pid == 0:
+                    become_server(module, request, me)
+                    return 0
+                children.add(pid)
+                reply({"id": request["id"], "pid": pid})
+        reap(children)
+    for pid in children:  # the task is done with them: nothing outlives it
+        try:
+            os.killpg(pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+    for pid in children:
+        try:
+            os.waitpid(pid, 0)
+        except ChildProcessError:
+            pass
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    (module,) = sys.argv[1:] if argv is None else argv
+    signal.signal(signal.SIGUSR2, signal.SIG_IGN)  # SLURM's time-limit warning: stay up
+    importlib.import_module(module)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    reply({"ready": True})
+    return serve(module)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
