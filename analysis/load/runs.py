@@ -92,6 +92,18 @@ def workload_shape(workload: dict[str, Any]) -> str:
     return json.dumps(shape, sort_keys=True, separators=(",", ":"), default=str)
 
 
+def _row_fields(record: Any) -> dict[str, Any]:
+    """A record's fields for a row, as ``_shallow`` reads them (``asdict``'s deep copies cost
+    more than the rest of a turn's row)."""
+    return {f.name: _shallow(getattr(record, f.name)) for f in fields(record)}
+
+
+def _shallow(value: Any) -> Any:
+    """A record's field for a row: its dicts copied one level (a row never shares the
+    record's), anything else as it is (the fields left are numbers, strings and dicts)."""
+    return dict(value) if isinstance(value, dict) else value
+
+
 def point_row(run_dir: str, p: PointResult) -> dict[str, Any]:
     """The flat row of one PointResult (its deployment's and workload's fields pulled up)."""
     dep, wl = p.deployment_view, p.workload_view
@@ -145,7 +157,7 @@ def point_row(run_dir: str, p: PointResult) -> dict[str, Any]:
         "flag_count": len(p.flags),
         "transport_used": json.dumps(p.transport_used, sort_keys=True),
         "hosts": json.dumps(p.hosts, sort_keys=True),
-        **{f"bill_{k}": v for k, v in asdict(p.decode_bill).items()},
+        **{f"bill_{k}": v for k, v in _row_fields(p.decode_bill).items()},
     }
 
 
@@ -199,7 +211,7 @@ def turn_rows(point: PointResult, row: dict[str, Any]) -> list[dict[str, Any]]:
         out.append(
             {
                 **{k: row[k] for k in keep},
-                **{k: v for k, v in asdict(t).items() if k != "paths"},
+                **{k: v for k, v in _row_fields(t).items() if k != "paths"},
                 "paths": ", ".join(f"{k}:{v}" for k, v in sorted(t.paths.items())),
             }
         )
@@ -286,12 +298,6 @@ def _request_rows(row: dict[str, Any], recs: list[RequestRecord]) -> list[dict]:
             }
         )
     return out
-
-
-def _shallow(value: Any) -> Any:
-    """A record's field for a row: its dicts copied one level (a row never shares the
-    record's), anything else as it is (the fields left are numbers, strings and dicts)."""
-    return dict(value) if isinstance(value, dict) else value
 
 
 def _point_at(windows: list[tuple[float, float, str]], t: float | None) -> str:

@@ -8,9 +8,8 @@ from pathlib import Path
 
 from connector.shared_files import write_json_atomic
 from jobs.run.state import TaskState
-from jobs.serving.forker import MODULE_FLAG, ServerForker
+from jobs.serving.forker import ServerForker
 from jobs.serving.server import ServerProcess, wait_all_ready
-from pdbench.config.schema import CpuServerStart
 from pdbench.spec.launch import InstanceSpec, RouterSpec
 
 ROUTER_READY_S = 60.0  # the router is a small Python process
@@ -20,19 +19,16 @@ def say(line: str) -> None:
     print(f"[pdbench] {line}", flush=True)
 
 
-def start_forker(
-    stack: ExitStack, mine: list[InstanceSpec], task: TaskState, how: CpuServerStart
-) -> ServerForker | None:
-    """Under ``server.cpu_start=fork``, the process this node's CPU servers are forked from
-    (``jobs.serving.forker``), started now so that its import of vLLM overlaps the
-    preflight; None where none is (GPU instances, ``exec``, a command not ``python -m``)."""
-    forkable = [i for i in mine if not i.gpus and i.command[1:2] == [MODULE_FLAG]]
-    if how is not CpuServerStart.fork or not forkable:
+def start_forker(stack: ExitStack, mine: list[InstanceSpec], log_path: str) -> ServerForker | None:
+    """The process this node's forked servers (``InstanceSpec.forked``: CPU servers under
+    ``server.cpu_start=fork``) are forked from (``jobs.serving.forker``); None where none
+    is forked. Its environment holds what they all share (the run dir included)."""
+    forked = [i for i in mine if i.forked]
+    if not forked:
         return None
-    first = forkable[0]
-    shared = {k: v for k, v in first.env.items() if all(i.env.get(k) == v for i in forkable)}
-    log = Path(first.log_path).parent / f"server-forker.node{task.rank}.log"
-    forker = ServerForker(first.command[0], first.command[2], shared, log)
+    shared = {k: v for k, v in forked[0].env.items() if all(i.env.get(k) == v for i in forked)}
+    python, _, module = forked[0].command[:3]  # python -m MODULE (server_fork.forkable)
+    forker = ServerForker(python, module, shared, Path(log_path))
     return stack.enter_context(forker)
 
 
@@ -55,7 +51,7 @@ def start_servers(
             log_path=Path(inst.log_path),
             health_url=inst.health_url,
             cpus=inst.cpus,
-            forker=None if inst.gpus else forker,
+            forker=forker if inst.forked else None,
         )
         stack.enter_context(proc)
         procs.append((inst, proc))

@@ -38,7 +38,7 @@ from pdbench.plan.deployments import Deployment
 from pdbench.plan.points import Point
 from pdbench.results.preflight import read_reports, reports_dir
 from pdbench.results.store import RunStore, write_json_atomic
-from pdbench.spec.launch import DeploymentSpec, map_devices, resolve
+from pdbench.spec.launch import DeploymentSpec, forker_log, map_devices, resolve
 from records.point import PointStatus
 
 
@@ -107,9 +107,9 @@ class DeploymentTask:
         task, spec = self.task, self.spec
         mine = map_devices(resolve(spec, {task.rank: task.host}), task.rank, task.devices)
         server = self.deployment.server
-        forker = start_forker(stack, mine.on_node(task.rank), task, server.cpu_start)
-        if spec.preflight:
+        if spec.preflight:  # nothing is started before it passes
             self.preflight(store, meeting)
+        forker = start_forker(stack, mine.on_node(task.rank), forker_log(mine, task.rank))
         urls = start_servers(stack, mine.on_node(task.rank), task, server.startup_timeout_s, forker)
         meeting.publish_node(task.host, urls, task.devices)
         if task.rank != 0:

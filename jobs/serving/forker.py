@@ -21,6 +21,7 @@ import time
 from pathlib import Path
 
 from connector.parent_death import die_with_parent
+from pdbench.spec.server_fork import forker_command
 
 MODULE_FLAG = "-m"
 CLOSE_GRACE_S = 10.0  # the forker's own end once its stdin closes (it SIGKILLs its children)
@@ -71,7 +72,7 @@ class ServerForker:
         self._write_lock = threading.Lock()
 
     def command(self) -> list[str]:
-        return [self.python, MODULE_FLAG, "jobs.serving.forkserver", self.module]
+        return forker_command([self.python, MODULE_FLAG, self.module])
 
     def can_fork(self, cmd: list[str]) -> bool:
         """Whether ``cmd`` is ``python -m MODULE ...`` with this forker's python and module."""

@@ -49,6 +49,7 @@ from pdbench.plan.points import ORDER_DESIGN, Point, only
 from pdbench.results.jsonable import to_jsonable
 from pdbench.spec.sbatch import local_parameters, sbatch_script
 from pdbench.spec.serve_command import serve_command, serve_env, served_model_name
+from pdbench.spec.server_fork import forkable, forker_command
 from pdbench.spec.transfer_probe import TransferProbe, transfer_back_probe, transfer_probe
 from pdbench.spec.vllm_install import VllmInstall
 
@@ -77,6 +78,9 @@ class InstanceSpec:
     env: dict[str, str]  # added to the job's own environment
     log_path: str
     kv_params_port: int = 0  # decode: where its plugin serves KV-transfer params; 0: none
+    # forked from its node's server forker (jobs.serving.forker: one import of vLLM per
+    # node; server.cpu_start=fork on CPU), not started on its own
+    forked: bool = False
 
     @property
     def kv_params_url(self) -> str:
@@ -321,6 +325,7 @@ def _instance_spec(
     port = kv_params_port(inst)
     env = serve_env(dep, inst, host, f"{host}:{port}" if port else "", str(traces))
     env[RUN_DIR_ENV] = run_dir  # marks every process pdbench starts for this run
+    command = serve_command(dep, inst, model_path, host, python, vllm)
     return InstanceSpec(
         name=inst.name,
         role=inst.role,
@@ -331,11 +336,17 @@ def _instance_spec(
         host=host,
         http_port=inst.http_port,
         side_channel_port=inst.side_channel_port,
-        command=serve_command(dep, inst, model_path, host, python, vllm),
+        command=command,
         env=env,
         log_path=str(logs / f"{inst.name}.log"),
         kv_params_port=port,
+        forked=forkable(dep.server.cpu_start, inst.gpus, command),
     )
+
+
+def forker_log(dep: DeploymentSpec, node: int) -> str:
+    """The log of node ``node``'s server forker (``jobs.serving.forker``)."""
+    return str(Path(dep.logs_dir) / f"server-forker.node{node}.log")
 
 
 def router_settings(flow: FlowConfig, request_timeout_s: float, port: int) -> dict[str, Any]:
@@ -553,9 +564,17 @@ def describe_deployment(dep: DeploymentSpec) -> list[str]:
         )
     for node in range(dep.nodes):
         lines.append(f"  node {node}:")
+        forked = [inst for inst in dep.on_node(node) if inst.forked]
+        if forked:
+            lines.append(
+                f"    server forker: {shlex.join(forker_command(forked[0].command))}, log "
+                f"{forker_log(dep, node)}: imports the module once, forks "
+                f"{', '.join(i.name for i in forked)} (server.cpu_start=fork)"
+            )
         for inst in dep.on_node(node):
             where = f"gpus={inst.gpus}" + (f", cpus={inst.cpus}" if inst.cpus else "")
-            lines.append(f"    {inst.name} ({inst.role}, tp={inst.tp}, {where}):")
+            how = ", forked" if inst.forked else ""
+            lines.append(f"    {inst.name} ({inst.role}, tp={inst.tp}, {where}{how}):")
             lines += _process_lines(inst.env, inst.command, inst.log_path)
         if node == dep.router.node:
             router = dep.router

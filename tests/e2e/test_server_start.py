@@ -18,13 +18,12 @@ from hydra.core.global_hydra import GlobalHydra
 from omegaconf import OmegaConf
 
 from jobs.run.servers import start_forker
-from jobs.run.state import TaskState
 from jobs.serving.server import ServerProcess, wait_all_ready
-from pdbench.config.schema import CpuServerStart, register_configs
+from pdbench.config.schema import register_configs
 from pdbench.driver.leftovers import run_processes
 from pdbench.driver.tiny_model import model_path_for
 from pdbench.plan.deployments import make_plan
-from pdbench.spec.launch import build_launch
+from pdbench.spec.launch import DeploymentSpec, build_launch, forker_log
 from tests.e2e.conftest import REPO, server_pids, worker_ports
 
 pytestmark = pytest.mark.e2e
@@ -32,7 +31,7 @@ pytestmark = pytest.mark.e2e
 PROMPTS = ["ba ke mo na ti ru " * 8, "lo pe " * 30, "the first of many"]
 
 
-def smoke_instances(run_dir: Path):
+def smoke_deployment(run_dir: Path) -> DeploymentSpec:
     register_configs()
     GlobalHydra.instance().clear()
     overrides = ["+experiment=smoke", f"dir={run_dir}", *worker_ports()]
@@ -41,7 +40,7 @@ def smoke_instances(run_dir: Path):
     GlobalHydra.instance().clear()
     launch = build_launch(cfg, make_plan(cfg), model_path_for(cfg, create=True))
     (spec,) = launch.deployments
-    return {i.role: i for i in spec.instances}
+    return spec
 
 
 def greedy(url: str) -> list[str]:
@@ -59,11 +58,12 @@ def greedy(url: str) -> list[str]:
 
 def test_a_forked_server_answers_as_one_started_on_its_own(tmp_path):
     run_dir = tmp_path / "run"
-    by_role = smoke_instances(run_dir)
+    spec = smoke_deployment(run_dir)
+    assert all(i.forked for i in spec.instances)  # the CPU default (server.cpu_start=fork)
+    by_role = {i.role: i for i in spec.instances}
     alone, forked = by_role["prefill"], by_role["decode"]
-    task = TaskState(rank=0, job_id="t", attempt=0, host="127.0.0.1", devices=None)
     with ExitStack() as stack:
-        forker = start_forker(stack, [forked], task, CpuServerStart.fork)
+        forker = start_forker(stack, [forked], forker_log(spec, 0))
         assert forker is not None and forker.module in forked.command
         procs = [
             ServerProcess(

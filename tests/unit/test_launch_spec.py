@@ -19,6 +19,7 @@ from pdbench.spec.launch import (
     DeploymentSpec,
     build_launch,
     describe,
+    describe_deployment,
     node_address_placeholder,
     resolve,
 )
@@ -175,3 +176,29 @@ def test_a_local_dry_run_shows_the_setup_and_env_each_task_gets():
     slurm.cluster.env = {"FOO": "bar"}
     (sub,) = build_launch(slurm, make_plan(slurm), "/m").submissions
     assert sub.setup == [] and "export FOO=bar" in sub.sbatch  # its sbatch script says it
+
+
+def test_cpu_servers_are_forked_from_one_forker_per_node_and_the_dry_run_says_so():
+    """``server.cpu_start=fork`` (the default): every CPU server is forked from its node's
+    forker, which the dry run prints with its log; ``exec`` starts each on its own; GPU
+    servers always start on their own, whatever the setting."""
+    cfg = cpu_run()
+    spec = build_launch(cfg, make_plan(cfg), "/m").deployments[0]
+    assert [i.forked for i in spec.instances] == [True, True]
+    text = "\n".join(describe_deployment(spec))
+    dep_id = spec.deployment_id
+    python = spec.instances[0].command[0]
+    assert (
+        f"server forker: {python} -m jobs.serving.forkserver vllm.entrypoints.openai.api_server"
+        f", log /RUN/logs/{dep_id}/server-forker.node0.log: imports the module once, forks "
+        "prefill0, decode0 (server.cpu_start=fork)"
+    ) in text
+    assert "prefill0 (prefill, tp=1, gpus=[], cpus=[0], forked):" in text
+    assert DeploymentSpec.from_dict(spec.to_dict()) == spec  # what the job reads back
+    cfg.server.cpu_start = "exec"
+    spec = build_launch(cfg, make_plan(cfg), "/m").deployments[0]
+    assert not any(i.forked for i in spec.instances)
+    assert "server forker" not in "\n".join(describe_deployment(spec))
+    gpu = gpu_run()  # cpu_start=fork, the default: GPU servers are not forked
+    assert not any(i.forked for d in build_launch(gpu, make_plan(gpu), "/m").deployments
+                   for i in d.instances)  # fmt: skip
