@@ -150,6 +150,8 @@ class ServerForker:
                 message = json.loads(line)
             except json.JSONDecodeError:
                 continue
+            if not isinstance(message, dict):
+                continue
             with self._lock:
                 if "id" in message:
                     handle = self._asked.pop(message["id"], None)

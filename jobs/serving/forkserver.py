@@ -6,7 +6,8 @@ each: ``{"id", "argv", "env", "log", "cpus"}``. For each it forks a child that b
 server, as ``python -m MODULE ARGV`` would: its own session, ``env`` as its whole
 environment, stdout and stderr appended to ``log``, stdin from /dev/null, pinned to
 ``cpus``, SIGKILLed when this process dies (which dies with the task that started it), then
-MODULE run as ``__main__``. Replies on stdout, one JSON line each: ``{"ready": true}`` once
+MODULE run as ``__main__``. Replies on its stdout (which nothing else writes to: what the
+import prints goes to stderr, its log), one JSON line each: ``{"ready": true}`` once
 imported, ``{"id", "pid"}`` per fork, ``{"pid", "code"}`` when a child ends (its return
 code as ``subprocess`` gives it: ``-N`` for a signal). EOF on stdin ends it: its children
 are SIGKILLed first.
@@ -30,10 +31,10 @@ from connector.parent_death import die_with_parent
 POLL_S = 0.2  # how often ended children are looked for between requests
 
 
-def reply(message: dict) -> None:
+def reply(replies: int, message: dict) -> None:
     """One JSON line to the task (written whole: never through ``sys.stdout``'s buffer, which
     a child would inherit and flush into its log)."""
-    os.write(1, (json.dumps(message) + "\n").encode())
+    os.write(replies, (json.dumps(message) + "\n").encode())
 
 
 def return_code(status: int) -> int:
@@ -41,7 +42,7 @@ def return_code(status: int) -> int:
     return -os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status)
 
 
-def reap(children: set[int]) -> None:
+def reap(children: set[int], replies: int) -> None:
     """Report every child that has ended (and stop watching it)."""
     for pid in list(children):
         try:
@@ -51,10 +52,10 @@ def reap(children: set[int]) -> None:
             continue
         if done:
             children.discard(pid)
-            reply({"pid": pid, "code": return_code(status)})
+            reply(replies, {"pid": pid, "code": return_code(status)})
 
 
-def become_server(module: str, request: dict, forker: int) -> None:
+def become_server(module: str, request: dict, forker: int, replies: int) -> None:
     """In the forked child: set up the process as the task would have, then run ``module``
     as ``python -m module`` runs it (returns when it returns; SystemExit propagates)."""
     os.setsid()
@@ -72,6 +73,7 @@ def become_server(module: str, request: dict, forker: int) -> None:
     os.dup2(log, 2)
     os.close(log)
     os.close(null)
+    os.close(replies)  # the forker's end of the task's pipe is not the server's
     if cpus and not cpus & os.sched_getaffinity(0):
         os.write(2, f"pdbench: cores {sorted(cpus)} are outside this task's; not pinned\n".encode())
     os.environ.clear()
@@ -83,7 +85,7 @@ def become_server(module: str, request: dict, forker: int) -> None:
     runpy.run_module(module, run_name="__main__", alter_sys=True)
 
 
-def serve(module: str) -> int:
+def serve(module: str, replies: int) -> int:
     """Fork a server per request until stdin ends; in a child, the server's exit code."""
     children: set[int] = set()
     pending = b""
@@ -100,11 +102,11 @@ def serve(module: str) -> int:
                 request = json.loads(line)
                 pid = os.fork()
                 if pid == 0:
-                    become_server(module, request, me)
+                    become_server(module, request, me, replies)
                     return 0
                 children.add(pid)
-                reply({"id": request["id"], "pid": pid})
-        reap(children)
+                reply(replies, {"id": request["id"], "pid": pid})
+        reap(children, replies)
     for pid in children:  # the task is done with them: nothing outlives it
         try:
             os.killpg(pid, signal.SIGKILL)
@@ -121,11 +123,13 @@ def serve(module: str) -> int:
 def main(argv: list[str] | None = None) -> int:
     (module,) = sys.argv[1:] if argv is None else argv
     signal.signal(signal.SIGUSR2, signal.SIG_IGN)  # SLURM's time-limit warning: stay up
+    replies = os.dup(1)  # replies only on the pipe; anything printed goes to the log
+    os.dup2(2, 1)
     importlib.import_module(module)
     sys.stdout.flush()
     sys.stderr.flush()
-    reply({"ready": True})
-    return serve(module)
+    reply(replies, {"ready": True})
+    return serve(module, replies)
 
 
 if __name__ == "__main__":

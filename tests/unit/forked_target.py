@@ -1,6 +1,6 @@
 """What ``tests/unit/test_forker.py`` forks: ``python -m tests.unit.forked_target ACTION``
 says what it was given (one JSON line), then exits 3 (``exit3``), sleeps (``sleep``) or
-returns (anything else)."""
+returns (anything else). Imported, it prints what a reply of the forker looks like."""
 
 from __future__ import annotations
 
@@ -9,7 +9,8 @@ import os
 import sys
 import time
 
-IMPORTED_BY = os.getpid()  # the forker's pid: its children run this module's code again
+if __name__ != "__main__":  # imported by the forker: what it prints must not pass for a reply
+    print(json.dumps({"id": 0, "pid": 1}), flush=True)
 
 
 def main() -> None:

@@ -61,6 +61,8 @@ def test_a_forked_server_gets_its_argv_environment_log_cores_and_session(forker,
     assert got["given"] == "yes" and got["forker_only"] is None  # its env, whole
     assert got["own_session"] and got["cpus"] == cpus and got["stdin"] == os.devnull
     assert got["parent"] == forker.proc.pid and child.pid not in (None, forker.proc.pid)
+    # what the module's import printed went to the forker's log, not among its replies
+    assert child.pid != 1 and '{"id": 0, "pid": 1}' in (tmp_path / "f.log").read_text()
     # what every server of the forker shares is in /proc/PID/environ (status and stop
     # find a run's servers by it)
     with open(f"/proc/{forker.proc.pid}/environ", "rb") as environ:
