@@ -31,8 +31,7 @@ class ForkedProcess:
     """A server the forker was asked for: ``pid`` once forked, ``returncode`` once ended
     (the part of ``subprocess.Popen`` that ``ServerProcess`` uses)."""
 
-    def __init__(self, forker: ServerForker, log_path: Path):
-        self.forker = forker
+    def __init__(self, log_path: Path):
         self.log_path = log_path
         self.pid: int | None = None
         self.returncode: int | None = None
@@ -96,17 +95,18 @@ class ServerForker:
         threading.Thread(target=self._read_replies, name="forker-replies", daemon=True).start()
         return self
 
-    def fork(self, argv: list[str], env: dict[str, str], log_path: Path, cpus: list[int]):
+    def fork(
+        self, argv: list[str], env: dict[str, str], log_path: Path, cpus: list[int]
+    ) -> ForkedProcess:
         """Ask for a server running ``python -m MODULE argv`` in ``env`` (its whole
         environment), logging to ``log_path``, pinned to ``cpus``; returned at once, forked
         once the module is imported."""
-        handle = ForkedProcess(self, Path(log_path))
+        handle = ForkedProcess(Path(log_path))
         with self._lock:
             request_id, self._next_id = self._next_id, self._next_id + 1
             self._asked[request_id] = handle
             gone = self.proc is None or self.proc.poll() is not None
-        request = {"id": request_id, "argv": argv, "env": env, "log": str(log_path)}
-        request["cpus"] = cpus
+        request = {"id": request_id, "argv": argv, "env": env, "log": str(log_path), "cpus": cpus}
         if not gone:
             try:
                 with self._write_lock:
@@ -116,8 +116,9 @@ class ServerForker:
                 gone = True
         if gone:
             with self._lock:
-                self._asked.pop(request_id, None)
-            self._never_forked(handle)
+                mine = self._asked.pop(request_id, None)  # else the reader said it already
+            if mine is not None:
+                self._never_forked(handle)
         return handle
 
     def close(self) -> None:
