@@ -19,8 +19,7 @@ from connector.ucx_proto import transports_in_log
 from jobs.measure import attribution, decode_bill, kv_sampler, metrics, ttft_split
 from jobs.run import flags
 from jobs.run.state import TaskState
-from jobs.serving.server import log_tail
-from jobs.serving.server_log import LogWindow
+from jobs.serving.server_log import LogWindow, log_tail
 from jobs.trace_replay import replay_for, trace_conversations
 from jobs.workload import LoadGenerator, RequestOptions, build_conversations, run_client
 from pdbench.config.schema import Flow, WorkloadKind

@@ -20,7 +20,8 @@ import threading
 import time
 from pathlib import Path
 
-from connector.parent_death import die_with_parent
+from jobs.serving.forkserver import prepare_server_process
+from jobs.serving.server_log import log_tail
 from pdbench.spec.server_fork import forker_command
 
 MODULE_FLAG = "-m"
@@ -90,7 +91,7 @@ class ServerForker:
                 stdout=subprocess.PIPE,
                 stderr=log,
                 start_new_session=True,
-                preexec_fn=lambda: _forker_child(parent),
+                preexec_fn=lambda: prepare_server_process(None, parent),
             )
         threading.Thread(target=self._read_replies, name="forker-replies", daemon=True).start()
         return self
@@ -184,16 +185,10 @@ class ServerForker:
             log.write(
                 f"pdbench: the process that imports {self.module} for this task's servers "
                 f"ended (code {code}) before it could fork this one; its log: {self.log_path}\n"
-                + _tail(self.log_path)
+                + log_tail(self.log_path, 20)
+                + "\n"
             )
         handle.ended(code if code else 1)
-
-
-def _forker_child(parent: int) -> None:
-    """The forker dies with the task (and its servers with it) and, like them, stays up
-    through SLURM's time-limit warning."""
-    die_with_parent(parent)
-    signal.signal(signal.SIGUSR2, signal.SIG_IGN)
 
 
 def _wait_gone(pid: int | None, timeout_s: float = 5.0) -> None:
@@ -208,11 +203,3 @@ def _wait_gone(pid: int | None, timeout_s: float = 5.0) -> None:
         except OSError:
             return
         time.sleep(0.05)
-
-
-def _tail(path: Path, lines: int = 20) -> str:
-    try:
-        text = path.read_text(errors="replace")
-    except OSError:
-        return ""
-    return "".join(line + "\n" for line in text.splitlines()[-lines:])

@@ -55,17 +55,27 @@ def reap(children: set[int], replies: int) -> None:
             reply(replies, {"pid": pid, "code": return_code(status)})
 
 
+def prepare_server_process(cpus: list[int] | None, parent: int) -> None:
+    """Set up a server's process before it starts, started on its own (``Popen``'s
+    ``preexec_fn``) or forked here: it dies with ``parent`` (``die_with_parent``); SLURM
+    sends its time-limit warning (``--signal=USR2@...``) to every process of the job step,
+    servers included, and they must stay up while the job checkpoints and stops them; pin it
+    to ``cpus`` (its children inherit them), those of them the task may use, and say so on
+    stderr, its log, when that leaves none (it then runs where the task may)."""
+    die_with_parent(parent)
+    signal.signal(signal.SIGUSR2, signal.SIG_IGN)
+    if cpus:
+        allowed = set(cpus) & os.sched_getaffinity(0)
+        if allowed:
+            os.sched_setaffinity(0, allowed)
+        else:
+            os.write(2, f"pdbench: cores {cpus} are outside this task's; not pinned\n".encode())
+
+
 def become_server(module: str, request: dict, forker: int, replies: int) -> None:
     """In the forked child: set up the process as the task would have, then run ``module``
     as ``python -m module`` runs it (returns when it returns; SystemExit propagates)."""
     os.setsid()
-    die_with_parent(forker)
-    signal.signal(signal.SIGUSR2, signal.SIG_IGN)  # SLURM's time-limit warning: stay up
-    cpus = set(request.get("cpus") or ())
-    if cpus:
-        allowed = cpus & os.sched_getaffinity(0)
-        if allowed:
-            os.sched_setaffinity(0, allowed)
     log = os.open(request["log"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
     null = os.open(os.devnull, os.O_RDONLY)
     os.dup2(null, 0)
@@ -74,8 +84,7 @@ def become_server(module: str, request: dict, forker: int, replies: int) -> None
     os.close(log)
     os.close(null)
     os.close(replies)  # the forker's end of the task's pipe is not the server's
-    if cpus and not cpus & os.sched_getaffinity(0):
-        os.write(2, f"pdbench: cores {sorted(cpus)} are outside this task's; not pinned\n".encode())
+    prepare_server_process(request.get("cpus"), forker)
     os.environ.clear()
     os.environ.update(request["env"])
     sys.argv = [module, *request["argv"]]  # run_module puts the module's path first
@@ -126,7 +135,6 @@ def serve(module: str, replies: int) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     (module,) = sys.argv[1:] if argv is None else argv
-    signal.signal(signal.SIGUSR2, signal.SIG_IGN)  # SLURM's time-limit warning: stay up
     replies = os.dup(1)  # replies only on the pipe; anything printed goes to the log
     os.dup2(2, 1)
     importlib.import_module(module)

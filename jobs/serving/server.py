@@ -24,20 +24,13 @@ import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 
-from connector.parent_death import die_with_parent
 from jobs.serving.forker import ForkedProcess, ServerForker
+from jobs.serving.forkserver import prepare_server_process
+from jobs.serving.server_log import log_tail
 
 
 class ServerStartError(RuntimeError):
     """A server exited or did not become healthy in time; carries its log tail."""
-
-
-def log_tail(path: Path, lines: int = 40) -> str:
-    try:
-        text = path.read_text(errors="replace")
-    except OSError:
-        return ""
-    return "\n".join(text.splitlines()[-lines:])
 
 
 class ServerProcess:
@@ -94,7 +87,7 @@ class ServerProcess:
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
             start_new_session=True,
-            preexec_fn=lambda: _in_child(cpus, parent),
+            preexec_fn=lambda: prepare_server_process(cpus, parent),
         )
         return self
 
@@ -201,23 +194,6 @@ def wait_all_ready(
             )
             next_report = now + every_s
         time.sleep(poll_s)
-
-
-def _in_child(cpus: list[int] | None, parent: int) -> None:
-    """Set up the server's process before it starts: it dies with the task
-    (``die_with_parent``); SLURM sends its time-limit warning
-    (``--signal=USR2@...``) to every process of the job step, servers included, and they must
-    stay up while the job checkpoints and stops them; pin it to ``cpus`` (its children
-    inherit them), those of them the task may use, and say so in its log when that leaves
-    none (it then runs where the task may)."""
-    die_with_parent(parent)
-    signal.signal(signal.SIGUSR2, signal.SIG_IGN)
-    if cpus:
-        allowed = set(cpus) & os.sched_getaffinity(0)
-        if allowed:
-            os.sched_setaffinity(0, allowed)
-        else:
-            os.write(2, f"pdbench: cores {cpus} are outside this task's; not pinned\n".encode())
 
 
 def _signal_group(pgid: int, sig: signal.Signals) -> None:

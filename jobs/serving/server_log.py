@@ -16,6 +16,16 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+
+def log_tail(path: Path, lines: int = 40) -> str:
+    """The last ``lines`` lines of a log ("" when it cannot be read)."""
+    try:
+        text = path.read_text(errors="replace")
+    except OSError:
+        return ""
+    return "\n".join(text.splitlines()[-lines:])
+
+
 _RECOVERED = re.compile(r"Recovered from KV load failure: (\d+) request\(s\) rescheduled")
 _FAILING = re.compile(r"Failing (\d+) request\(s\) due to KV load failure")
 
