@@ -22,3 +22,36 @@ def pytest_xdist_node_collection_finished(node, ids: list[str]) -> None:
             "with this pytest-xdist; install pytest<9.2 (make install)",
             returncode=3,
         )
+
+
+# PDBENCH_TEST_TIMELINE=FILE: one JSON line per test (its worker, its xdist group, when its
+# setup began and its teardown ended), appended by each worker; benchmarks/tier_timeline.py
+# draws it per worker, so one sees which groups a worker ran when and where it waited.
+_TIMELINE_STARTS: dict[str, float] = {}
+
+
+def pytest_runtest_logstart(nodeid: str, location) -> None:
+    import time
+
+    _TIMELINE_STARTS[nodeid] = time.time()
+
+
+def pytest_runtest_logfinish(nodeid: str, location) -> None:
+    import json
+    import os
+    import time
+
+    path = os.environ.get("PDBENCH_TEST_TIMELINE")
+    start = _TIMELINE_STARTS.pop(nodeid, None)
+    if not path or start is None:
+        return
+    test, _, group = nodeid.partition("@")
+    line = {
+        "worker": os.environ.get("PYTEST_XDIST_WORKER", "main"),
+        "test": test,
+        "group": group or None,
+        "start": start,
+        "end": time.time(),
+    }
+    with open(path, "a") as out:
+        out.write(json.dumps(line) + "\n")

@@ -22,9 +22,8 @@ from pathlib import Path
 
 from jobs.serving.forkserver import prepare_server_process
 from jobs.serving.server_log import log_tail
-from pdbench.spec.server_fork import forker_command
+from pdbench.spec.server_fork import MODULE_FLAG, forker_command
 
-MODULE_FLAG = "-m"
 CLOSE_GRACE_S = 10.0  # the forker's own end once its stdin closes (it SIGKILLs its children)
 
 
@@ -69,7 +68,6 @@ class ServerForker:
         self._asked: dict[int, ForkedProcess] = {}  # by request id, until forked
         self._forked: dict[int, ForkedProcess] = {}  # by pid, until ended
         self._lock = threading.Lock()
-        self._write_lock = threading.Lock()
 
     def command(self) -> list[str]:
         return forker_command([self.python, MODULE_FLAG, self.module])
@@ -110,9 +108,8 @@ class ServerForker:
         request = {"id": request_id, "argv": argv, "env": env, "log": str(log_path), "cpus": cpus}
         if not gone:
             try:
-                with self._write_lock:
-                    self.proc.stdin.write((json.dumps(request) + "\n").encode())
-                    self.proc.stdin.flush()
+                self.proc.stdin.write((json.dumps(request) + "\n").encode())
+                self.proc.stdin.flush()
             except (BrokenPipeError, ValueError, OSError):
                 gone = True
         if gone:

@@ -7,10 +7,9 @@ server, as ``python -m MODULE ARGV`` would: its own session, ``env`` as its whol
 environment, stdout and stderr appended to ``log``, stdin from /dev/null, pinned to
 ``cpus``, SIGKILLed when this process dies (which dies with the task that started it), then
 MODULE run as ``__main__``. Replies on its stdout (which nothing else writes to: what the
-import prints goes to stderr, its log), one JSON line each: ``{"ready": true}`` once
-imported, ``{"id", "pid"}`` per fork, ``{"pid", "code"}`` when a child ends (its return
-code as ``subprocess`` gives it: ``-N`` for a signal). EOF on stdin ends it: its children
-are SIGKILLed first.
+import prints goes to stderr, its log), one JSON line each: ``{"id", "pid"}`` per fork,
+``{"pid", "code"}`` when a child ends (its return code as ``subprocess`` gives it: ``-N``
+for a signal). EOF on stdin ends it: its children are SIGKILLed first.
 
 The task side is ``jobs.serving.forker``. Requests that arrive while MODULE is still being
 imported wait in the pipe: servers are asked for at once and forked when it is ready.
@@ -138,9 +137,8 @@ def main(argv: list[str] | None = None) -> int:
     replies = os.dup(1)  # replies only on the pipe; anything printed goes to the log
     os.dup2(2, 1)
     importlib.import_module(module)
-    sys.stdout.flush()
+    sys.stdout.flush()  # nothing the import buffered is inherited by a child's log
     sys.stderr.flush()
-    reply(replies, {"ready": True})
     return serve(module, replies)
 
 
