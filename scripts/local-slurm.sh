@@ -121,7 +121,8 @@ MinJobAge=600
 # Batch jobs may be requeued (scontrol requeue, submitit's checkpoint at the time limit).
 JobRequeue=1
 # A requeued job may start again after cred_expire seconds (default 120): short here, so
-# that requeue tests (tests/e2e/test_requeue.py) wait seconds, not minutes.
+# that the requeue tests (tests/e2e/test_slurm_runs.py) wait seconds, not minutes (the
+# driver, asking squeue every 10 s, still sees each wait: `PENDING (BeginTime)`).
 AuthInfo=cred_expire=20
 MailProg=/bin/true
 # No slurmdbd here: no accounting, no sacct. Finished jobs are logged to a text file.

@@ -28,6 +28,13 @@ def pytest_xdist_node_collection_finished(node, ids: list[str]) -> None:
 # setup began and its teardown ended), appended by each worker; benchmarks/tier_timeline.py
 # draws it per worker, so one sees which groups a worker ran when and where it waited.
 _TIMELINE_STARTS: dict[str, float] = {}
+_RUNS_TESTS = [True]  # False on xdist's controller
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """xdist's controller calls the runtest log hooks too, as each worker's reports arrive:
+    only the process that runs a test records it."""
+    _RUNS_TESTS[0] = hasattr(config, "workerinput") or config.getoption("dist", "no") == "no"
 
 
 def pytest_runtest_logstart(nodeid: str, location) -> None:
@@ -41,7 +48,7 @@ def pytest_runtest_logfinish(nodeid: str, location) -> None:
     import os
     import time
 
-    path = os.environ.get("PDBENCH_TEST_TIMELINE")
+    path = os.environ.get("PDBENCH_TEST_TIMELINE") if _RUNS_TESTS[0] else None
     start = _TIMELINE_STARTS.pop(nodeid, None)
     if not path or start is None:
         return

@@ -27,7 +27,6 @@ from jobs.run.loop import measure_points
 from jobs.run.next_points import NextPoints, PlannedPoints
 from jobs.run.point import new_record
 from jobs.run.rendezvous import NodeFailed, NodeRendezvous, gather_timeout_s
-from jobs.run.search_points import SearchPoints
 from jobs.run.serve import ServeUntilStopped
 from jobs.run.servers import say, start_forker, start_servers
 from jobs.run.state import TaskState
@@ -124,6 +123,10 @@ class DeploymentTask:
         write_json_atomic(store.launch_spec_path(ran.deployment_id), ran.to_dict())
         source: NextPoints = PlannedPoints(self.points, ran.run_order, store)
         if self.search is not None:  # the first pass, then rounds chosen as it goes
+            # Imported here: the search reads its records with the analysis (scipy, pandas:
+            # ~1.4 s of a task's start that a run without a search would pay for nothing).
+            from jobs.run.search_points import SearchPoints
+
             source = SearchPoints(self.deployment, self.points, ran.run_order, self.search, store)
         if ran.serve_flow:  # python -m pdbench serve: warm up, then serve until stopped
             source = ServeUntilStopped(self.deployment, self.points, ran, store, task)
