@@ -4,12 +4,14 @@ Reads the lines ``PDBENCH_TEST_TIMELINE=FILE`` makes pytest write (``tests/conft
 one per test, its worker, xdist group, start and end) and prints, per worker, its groups in
 the order it ran them (start and end in minutes from the tier's first test, busy seconds),
 the time it sat with nothing to run at the tier's end, and the slowest tests; ``--plot
-PNG`` draws the same as one bar per group on a lane per worker.
+PNG`` draws the same as one bar per group on a lane per worker; ``--against EARLIER``
+compares the tests both timelines ran (another commit's, the same tests: did they slow?).
 
 Run from the repository root::
 
     PDBENCH_TEST_TIMELINE=/tmp/e2e.jsonl make test
     python -m benchmarks.tier_timeline /tmp/e2e.jsonl --under tests/e2e/ --plot /tmp/e2e.png
+    python -m benchmarks.tier_timeline /tmp/now.jsonl --against /tmp/before.jsonl
 """
 
 from __future__ import annotations
@@ -95,6 +97,30 @@ def report(spans: list[Span], slowest: int = 15) -> str:
     return "\n".join(lines)
 
 
+def compare(spans: list[Span], before: list[Span], top: int = 10) -> str:
+    """This timeline against an earlier one: the tests both ran (their summed seconds in
+    each, per file, largest change first) and the seconds of the tests only one ran."""
+    now = {s.test: s.end - s.start for s in spans}
+    then = {s.test: s.end - s.start for s in before}
+    both = sorted(now.keys() & then.keys())
+    files: dict[str, list[float]] = {}
+    for test in both:
+        pair = files.setdefault(test.split("::", 1)[0], [0.0, 0.0])
+        pair[0] += then[test]
+        pair[1] += now[test]
+    lines = [
+        f"{len(both)} tests in both: {sum(then[t] for t in both) / 60:.1f} min before, "
+        f"{sum(now[t] for t in both) / 60:.1f} min now (worker time)",
+        f"only now: {len(now.keys() - then.keys())} tests, "
+        f"{sum(now[t] for t in now.keys() - then.keys()) / 60:.1f} min; only before: "
+        f"{len(then.keys() - now.keys())} tests, "
+        f"{sum(then[t] for t in then.keys() - now.keys()) / 60:.1f} min",
+    ]
+    for name, (a, b) in sorted(files.items(), key=lambda kv: -abs(kv[1][1] - kv[1][0]))[:top]:
+        lines.append(f"  {a:6.0f} s -> {b:6.0f} s  {name}")
+    return "\n".join(lines)
+
+
 def plot(spans: list[Span], out: Path) -> None:
     import matplotlib
 
@@ -124,11 +150,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--plot", type=Path, help="also draw it into this PNG")
     parser.add_argument("--under", default="", help="only tests under this path (tests/e2e/)")
     parser.add_argument("--slowest", type=int, default=15)
+    parser.add_argument(
+        "--against", type=Path, help="an earlier timeline: the tests both ran, compared"
+    )
     args = parser.parse_args(argv)
     spans = read_spans(args.timeline, args.under)
     if not spans:
         parser.error(f"{args.timeline} holds no test")
     print(report(spans, args.slowest))
+    if args.against:
+        print(f"\nagainst {args.against}:")
+        print(compare(spans, read_spans(args.against, args.under)))
     if args.plot:
         plot(spans, args.plot)
         print(f"\nplot: {args.plot}")

@@ -3,7 +3,8 @@
 ``DeploymentJob`` holds the Deployment, its Points, its launch spec, the tracking config and
 the composed config, nothing else: submitit pickles it to every task, and again at
 ``checkpoint()`` for a requeue. Calling it runs ``jobs.run.task`` on the task; that import
-happens there, never in the driver.
+happens there, never in the driver, and ``jobs.run.search_points`` (the analysis, scipy,
+pandas) only for a job that runs the crossover search.
 """
 
 from __future__ import annotations
@@ -49,10 +50,21 @@ class DeploymentJob:
     def __call__(self) -> dict[str, Any]:
         from jobs.run import task  # lazy: node runtime, loaded on the allocation only
 
+        searching = None
+        if self.search is not None:  # its Points chosen by the analysis (scipy, pandas)
+            from jobs.run import search_points  # lazy: node runtime, loaded on the allocation only
+
+            searching = search_points.SearchPoints
         self.started = (time.time(), point_records(self.spec.run_dir))
 
         self.running = task.DeploymentTask(
-            self.deployment, self.points, self.spec, self.tracking, self.run_config, self.search
+            self.deployment,
+            self.points,
+            self.spec,
+            self.tracking,
+            self.run_config,
+            self.search,
+            searching,
         )
         try:
             return self.running()

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import signal
 import time
+from collections.abc import Callable
 from contextlib import ExitStack
 from typing import Any
 
@@ -40,6 +41,11 @@ from pdbench.results.store import RunStore, write_json_atomic
 from pdbench.spec.launch import DeploymentSpec, forker_log, map_devices, resolve
 from records.point import PointStatus
 
+# How a search chooses its Points (``jobs.run.search_points.SearchPoints``), given by the job's
+# entry: it reads records with the analysis (scipy, pandas: ~2 s of a task's start that a
+# task without a search would pay for nothing).
+SearchPointsOf = Callable[[Deployment, list[Point], list[str], SearchPlan, RunStore], NextPoints]
+
 
 class DeploymentTask:
     """One task of the job for ``deployment``; ``task`` is what it holds while it runs."""
@@ -52,9 +58,13 @@ class DeploymentTask:
         tracking: TrackingConfig,
         run_config: dict[str, Any],
         search: SearchPlan | None = None,
+        search_points: SearchPointsOf | None = None,
     ):
+        if search is not None and search_points is None:
+            raise ValueError("a search needs its Points source (jobs.run.search_points)")
         self.deployment = deployment
         self.search = search
+        self.search_points = search_points
         self.points = points
         self.spec = spec
         self.tracking = tracking
@@ -123,11 +133,9 @@ class DeploymentTask:
         write_json_atomic(store.launch_spec_path(ran.deployment_id), ran.to_dict())
         source: NextPoints = PlannedPoints(self.points, ran.run_order, store)
         if self.search is not None:  # the first pass, then rounds chosen as it goes
-            # Imported here: the search reads its records with the analysis (scipy, pandas:
-            # ~1.4 s of a task's start that a run without a search would pay for nothing).
-            from jobs.run.search_points import SearchPoints
-
-            source = SearchPoints(self.deployment, self.points, ran.run_order, self.search, store)
+            source = self.search_points(
+                self.deployment, self.points, ran.run_order, self.search, store
+            )
         if ran.serve_flow:  # python -m pdbench serve: warm up, then serve until stopped
             source = ServeUntilStopped(self.deployment, self.points, ran, store, task)
         counts = measure_points(

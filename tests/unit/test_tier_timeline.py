@@ -51,3 +51,20 @@ def test_a_workers_tests_of_one_group_in_a_row_are_one_span(tmp_path):
     text = report(spans)
     assert text.startswith("tier: 0.6 min, 4 tests")
     assert "gw1: busy 0.3 min, done 0.2 min before the end" in text
+
+
+def test_two_timelines_compare_the_tests_both_ran(tmp_path):
+    from benchmarks.tier_timeline import Span, compare
+
+    before = [
+        Span("gw0", "tests/e2e/test_a.py::t1", "a", 0, 60),
+        Span("gw0", "tests/e2e/test_b.py::t", "b", 60, 90),
+    ]
+    now = [
+        Span("gw1", "tests/e2e/test_a.py::t1", "a", 0, 120),
+        Span("gw0", "tests/e2e/test_c.py::t", "c", 0, 30),
+    ]
+    text = compare(now, before)
+    assert text.splitlines()[0] == "1 tests in both: 1.0 min before, 2.0 min now (worker time)"
+    assert "only now: 1 tests, 0.5 min; only before: 1 tests, 0.5 min" in text
+    assert "60 s ->    120 s  tests/e2e/test_a.py" in text
