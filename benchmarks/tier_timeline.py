@@ -135,8 +135,9 @@ def plot(spans: list[Span], out: Path) -> None:
         for g in (g for g in groups if g.worker == worker):
             start, width = (g.start - t0) / 60, (g.end - g.start) / 60
             ax.barh(lane, width, left=start, edgecolor="white")
-            if width > 0.4:
-                ax.text(start + width / 2, lane, g.group, ha="center", va="center", fontsize=7)
+            if width > 0.05 * (max(s.end for s in spans) - t0) / 60:  # room for its name
+                name = g.group.removeprefix("test_")
+                ax.text(start + width / 2, lane, name, ha="center", va="center", fontsize=7)
     ax.set_yticks(range(len(workers)), workers)
     ax.set_xlabel("minutes from the tier's first test")
     ax.set_title("test groups per worker")
