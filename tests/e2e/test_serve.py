@@ -281,63 +281,56 @@ def run_printed_clients(url: str, printed: dict[str, str]) -> dict[str, list[str
 def third_party_multi_turn_turns_pulled(lines: list[dict], clients: dict[str, list[str]]) -> None:
     """AIPerf's conversations named by its X-Correlation-ID, GuideLLM's by nothing: every
     turn after the first whose history is the ids D generated is pulled in pull, matched by
-    that header or by its prefix; no other is; vllm bench serve's single turns answered."""
-    from jobs.serving.client_commands import CONVERSATIONS, TURNS
+    that header or by its prefix; vllm bench serve's single turns answered."""
 
     def of(client: str) -> list[dict]:
         (tag,) = clients[client]
         return [x for x in lines if x["request_id"].startswith(tag)]
 
-    # Both clients resend the answers as text. The random model now and then emits a special
-    # token, which the text drops: that history no longer begins with the ids D holds (how
-    # often depends on the greedy tokens: 0-1 of a client's 16 later turns in three runs,
-    # 5 of GuideLLM's in one). Named by AIPerf's header, such a turn is recomputed
-    # (recompute_diverged), parting from D's tokens inside the resent answer; found by
-    # nothing (GuideLLM) it extends no conversation and is a first turn, shorter than the
-    # whole history by the tokens dropped. Never pulled onto other tokens.
-    aiperf = of("AIPerf")
-    assert len(aiperf) == CONVERSATIONS * TURNS and {x["status"] for x in aiperf} == {200}
-    later = [x for x in aiperf if x["turn"] >= 2]
-    assert len(later) == CONVERSATIONS * (TURNS - 1), sorted(x["turn"] for x in aiperf)
-    assert {x["matched"] for x in later} == {"header"}
-    first = {(x["session"], x["turn"]): x for x in aiperf}
-    for x in later:
-        if x["path"] == "pull":
-            assert x["offered_tokens"] > 0, x
-        else:
-            assert x["path"] == "recompute_diverged", x
-            earlier = first[(x["session"], x["turn"] - 1)]
-            assert earlier["prompt_tokens"] <= x["diverged_at"] < x["prompt_tokens"], x
-    assert any(x["path"] == "pull" for x in later)
-    guidellm = of("GuideLLM")
-    assert len(guidellm) == CONVERSATIONS * TURNS and {x["status"] for x in guidellm} == {200}
-    for x in prefix_found_or_explained(guidellm):
-        assert x["matched"] == "prefix" and x["path"] == "pull" and x["offered_tokens"] > 0, x
+    whole_histories_pulled(of("AIPerf"), "header")
+    whole_histories_pulled(of("GuideLLM"), "prefix")
     bench = of("vllm bench serve")
     assert len(bench) == 16 and {x["status"] for x in bench} == {200}
 
 
-def prefix_found_or_explained(turns: list[dict]) -> list[dict]:
-    """GuideLLM's requests whose history is whole (the first turn's prompt plus, per turn
-    before, an answer and a prompt: nothing dropped), which must be found by their prefix
-    and pulled; checked here: CONVERSATIONS first turns, and each request that is neither
-    whole nor a first turn shorter than a whole history by at most the answers' tokens (a
-    dropped special token). At least one is whole."""
+def whole_histories_pulled(turns: list[dict], how: str) -> None:
+    """One client's requests: each whose history is whole (the first turn's prompt plus, per
+    turn before, an answer and a prompt) found by ``how`` and pulled; each other one shorter
+    than a whole history by at most the answers' tokens, and never pulled onto other tokens.
+
+    The clients resend the answers as text. The random model now and then emits a special
+    token, which the text drops: that history no longer begins with the ids D holds (how
+    often depends on the greedy tokens: 0-1 of a client's 16 later turns in three runs, 5 of
+    GuideLLM's in each of two on 2026-12-02). Named by AIPerf's header, such a turn is
+    recomputed (recompute_diverged), parting from D's tokens inside the resent answer; found
+    by nothing (GuideLLM), it extends no conversation and is a first turn. A later turn may
+    still be pulled onto the history D computed for such a turn: a pull, not whole."""
     from jobs.serving.client_commands import CONVERSATIONS, OUTPUT_TOKENS, PROMPT_TOKENS, TURNS
 
+    assert len(turns) == CONVERSATIONS * TURNS and {x["status"] for x in turns} == {200}
     opening = min(x["prompt_tokens"] for x in turns)
-    step = PROMPT_TOKENS + OUTPUT_TOKENS
-    whole = {opening + k * step: k for k in range(1, TURNS)}
-    assert sum(x["prompt_tokens"] == opening for x in turns) == CONVERSATIONS, turns
+    whole = {opening + k * (PROMPT_TOKENS + OUTPUT_TOKENS): k for k in range(1, TURNS)}
+    first = {(x["session"], x["turn"]): x for x in turns}
     for x in turns:
         n = x["prompt_tokens"]
-        if n == opening or n in whole or x["path"] == "pull":
-            continue  # a pull of a shortened history extends a conversation begun again
-        assert any(w - k * OUTPUT_TOKENS <= n < w for w, k in whole.items()), x
-        assert x["matched"] == "" and x["path"] == "recompute", x
-    found = [x for x in turns if x["prompt_tokens"] in whole]
-    assert found, sorted(x["prompt_tokens"] for x in turns)
-    return found
+        if n in whole:
+            assert x["matched"] == how and x["path"] == "pull" and x["offered_tokens"] > 0, x
+        elif x["path"] == "pull":
+            assert x["matched"] == how and x["offered_tokens"] > 0, x
+        elif n != opening:  # the text dropped tokens of an answer before it
+            assert any(w - k * OUTPUT_TOKENS <= n < w for w, k in whole.items()), x
+            if how == "header":  # still its conversation: recomputed where it parts from D's
+                assert x["path"] == "recompute_diverged", x
+                earlier = first[(x["session"], x["turn"] - 1)]
+                assert earlier["prompt_tokens"] <= x["diverged_at"] < n, x
+            else:
+                assert x["matched"] == "" and x["path"] == "recompute", x
+    if how == "header":
+        assert sorted(x["turn"] for x in turns) == sorted(list(range(1, TURNS + 1)) * CONVERSATIONS)
+    assert sum(x["prompt_tokens"] == opening for x in turns) == CONVERSATIONS, turns
+    assert any(x["prompt_tokens"] in whole for x in turns), sorted(
+        x["prompt_tokens"] for x in turns
+    )
 
 
 def replay_recorded_session(tmp_path: Path, log: Path) -> None:
