@@ -108,13 +108,12 @@ def compare(spans: list[Span], before: list[Span], top: int = 10) -> str:
         pair = files.setdefault(test.split("::", 1)[0], [0.0, 0.0])
         pair[0] += then[test]
         pair[1] += now[test]
+    only_now, only_then = now.keys() - then.keys(), then.keys() - now.keys()
     lines = [
         f"{len(both)} tests in both: {sum(then[t] for t in both) / 60:.1f} min before, "
         f"{sum(now[t] for t in both) / 60:.1f} min now (worker time)",
-        f"only now: {len(now.keys() - then.keys())} tests, "
-        f"{sum(now[t] for t in now.keys() - then.keys()) / 60:.1f} min; only before: "
-        f"{len(then.keys() - now.keys())} tests, "
-        f"{sum(then[t] for t in then.keys() - now.keys()) / 60:.1f} min",
+        f"only now: {len(only_now)} tests, {sum(now[t] for t in only_now) / 60:.1f} min; "
+        f"only before: {len(only_then)} tests, {sum(then[t] for t in only_then) / 60:.1f} min",
     ]
     for name, (a, b) in sorted(files.items(), key=lambda kv: -abs(kv[1][1] - kv[1][0]))[:top]:
         lines.append(f"  {a:6.0f} s -> {b:6.0f} s  {name}")
@@ -128,6 +127,7 @@ def plot(spans: list[Span], out: Path) -> None:
     import matplotlib.pyplot as plt
 
     t0 = min(span.start for span in spans)
+    room = 0.05 * (max(span.end for span in spans) - t0) / 60  # a bar wide enough for a name
     groups = group_spans(spans)
     workers = sorted({g.worker for g in groups})
     fig, ax = plt.subplots(figsize=(12, 1.2 + 0.8 * len(workers)))
@@ -135,7 +135,7 @@ def plot(spans: list[Span], out: Path) -> None:
         for g in (g for g in groups if g.worker == worker):
             start, width = (g.start - t0) / 60, (g.end - g.start) / 60
             ax.barh(lane, width, left=start, edgecolor="white")
-            if width > 0.05 * (max(s.end for s in spans) - t0) / 60:  # room for its name
+            if width > room:
                 name = g.group.removeprefix("test_")
                 ax.text(start + width / 2, lane, name, ha="center", va="center", fontsize=7)
     ax.set_yticks(range(len(workers)), workers)

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from benchmarks.tier_timeline import group_spans, read_spans, report
+from benchmarks.tier_timeline import Span, compare, group_spans, read_spans, report
 from tests import conftest
 
 pytestmark = pytest.mark.unit
@@ -54,8 +54,6 @@ def test_a_workers_tests_of_one_group_in_a_row_are_one_span(tmp_path):
 
 
 def test_two_timelines_compare_the_tests_both_ran(tmp_path):
-    from benchmarks.tier_timeline import Span, compare
-
     before = [
         Span("gw0", "tests/e2e/test_a.py::t1", "a", 0, 60),
         Span("gw0", "tests/e2e/test_b.py::t", "b", 60, 90),
