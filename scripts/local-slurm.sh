@@ -122,7 +122,7 @@ MinJobAge=600
 JobRequeue=1
 # A requeued job may start again after cred_expire seconds (default 120): short here, so
 # that the requeue tests (tests/e2e/test_slurm_runs.py) wait seconds, not minutes (the
-# driver, asking squeue every 10 s, still sees each wait: `PENDING (BeginTime)`).
+# driver, asking squeue every 10 s, still sees each wait: "PENDING (BeginTime)").
 AuthInfo=cred_expire=20
 MailProg=/bin/true
 # No slurmdbd here: no accounting, no sacct. Finished jobs are logged to a text file.

@@ -207,6 +207,20 @@ def test_start_after_daemons_died_mid_job_leaves_idle_nodes(
     assert folder not in _ps()
 
 
+@pytest.mark.e2e
+@pytest.mark.slurm
+def test_the_written_slurm_conf_keeps_the_scripts_comments_as_written(local_slurm: str) -> None:
+    """The conf is an unquoted here-document (its ``$VARS`` expand): a backquote in one of
+    its comments ran as a command at every start (bash printed a syntax error, and the
+    comment lost its words). Every comment line without a ``$`` reaches the file as written."""
+    script = SCRIPT.read_text()
+    body = script.split('cat >"$tmp" <<EOF\n', 1)[1].split("\nEOF\n", 1)[0]
+    comments = [x for x in body.splitlines() if x.startswith("#") and "$" not in x]
+    assert len(comments) > 5, comments
+    written = Path(local_slurm).read_text()
+    assert [x for x in comments if x not in written] == []
+
+
 def _ps() -> str:
     return subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
 
