@@ -74,11 +74,14 @@ demo: install
 docs: install
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet
 
-# Both tiers on TEST_WORKERS pytest-xdist workers. e2e: one worker's servers start (CPU)
-# while the other's runs wait (SLURM requeues, paced arrivals, TTLs); tests/e2e/conftest.py
-# keeps what shares a resource in one worker and gives each worker its own ports.
+# The unit tier on TEST_WORKERS pytest-xdist workers (CPU all the way: one per core), the
+# e2e tier on E2E_WORKERS: its runs wait on SLURM requeues, paced arrivals and TTLs, and on 2
+# workers a 2-core host sat 28% idle through it, so a third runs while they wait;
+# tests/e2e/conftest.py keeps what shares a resource in one worker and gives each worker its
+# own ports.
 TEST_WORKERS ?= 2
-E2E_PARALLEL := -n $(TEST_WORKERS) --dist loadgroup
+E2E_WORKERS ?= 3
+E2E_PARALLEL := -n $(E2E_WORKERS) --dist loadgroup
 
 # The clients' venv builds (first time only) while ruff and the unit tier run.
 test: install system-deps

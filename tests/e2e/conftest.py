@@ -22,11 +22,12 @@ SERVER_MODULE = "vllm.entrypoints.openai.api_server"
 NO_PREFLIGHT = "launch.preflight=false"
 
 
-# `make test` runs this tier on two pytest-xdist workers (``-n 2 --dist loadgroup``): while
-# one worker's servers start (CPU), the other's wait on SLURM, paced arrivals or a TTL. What
-# must stay in one process is one group (``pytest_collection_modifyitems`` below), and each
-# worker's runs listen on ports of their own: the preflight (rightly) fails a run whose port
-# any process on the machine holds, whatever the address.
+# `make test` runs this tier on three pytest-xdist workers (``-n 3 --dist loadgroup``, the
+# Makefile's E2E_WORKERS): while one worker's servers start (CPU), the others' wait on SLURM,
+# paced arrivals or a TTL. What must stay in one process is one group
+# (``pytest_collection_modifyitems`` below), and each worker's runs listen on ports of their
+# own: the preflight (rightly) fails a run whose port any process on the machine holds,
+# whatever the address.
 PORT_FIELDS = ("base_port", "side_channel_base_port", "router_port", "vllm_base_port")
 PORT_KEYS = tuple(f"server.{field}" for field in PORT_FIELDS)
 WORKER_PORT_STEP = 1000  # worker k: every default + k * 1000 (gw0 and a plain run: defaults)
