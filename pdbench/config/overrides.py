@@ -147,6 +147,8 @@ def _under(key: str, parents: frozenset[str]) -> bool:
 def _check_key(o: Override, s: Schema) -> list[str]:
     key, line = o.key_or_group, o.input_line
     if key in s.fields:
+        if o.is_add() and key in s.open_maps:  # Hydra's + refuses a map that is there
+            return [f"{line}: {key} is already a map; ++ adds these keys to it. Fix: +{line}"]
         if o.is_add():
             return [f"{line}: {key} is already a setting; set it without the plus. Fix: {line[1:]}"]
         hint = s.fields[key]

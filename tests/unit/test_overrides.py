@@ -53,6 +53,13 @@ def test_a_setting_that_exists_is_set_without_a_plus():
     assert refused("+launch.dry_run=true").endswith("without the plus. Fix: launch.dry_run=true")
 
 
+def test_a_map_given_whole_with_a_plus_is_told_the_double_plus_that_adds_its_keys():
+    # without the plus Hydra refuses keys the map does not have yet ("not in struct")
+    line = refused("+server.env={VLLM_LOGGING_LEVEL:DEBUG}")
+    assert line.endswith("++ adds these keys to it. Fix: ++server.env={VLLM_LOGGING_LEVEL:DEBUG}")
+    assert len(check_overrides(["++server.env={VLLM_LOGGING_LEVEL:DEBUG}"])) == 1
+
+
 def test_groups_the_defaults_pick_take_no_plus_and_experiments_need_one():
     assert refused("+cluster=slurm").endswith("set it without the plus. Fix: cluster=slurm")
     assert refused("experiment=smoke").endswith("is added with a plus. Fix: +experiment=smoke")
