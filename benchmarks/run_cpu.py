@@ -47,12 +47,12 @@ FORKED = ("server forker (imports vLLM once)", "vLLM API server", "vLLM engine c
 
 @dataclass
 class Sample:
+    """One process of the run: its parent, command line and CPU (user + system) so far."""
+
     pid: int
     parent: int
     cmdline: str
     cpu_s: float = 0.0
-    user_s: float = 0.0
-    system_s: float = 0.0
 
 
 @dataclass
@@ -127,8 +127,7 @@ def measure(args: list[str], every_s: float) -> RunCpu:
                         continue
                     samples[p.pid] = Sample(p.pid, p.ppid(), " ".join(p.cmdline()))
                 t = p.cpu_times()
-                s = samples[p.pid]
-                s.user_s, s.system_s, s.cpu_s = t.user, t.system, t.user + t.system
+                samples[p.pid].cpu_s = t.user + t.system
             except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
                 continue
         time.sleep(every_s)
