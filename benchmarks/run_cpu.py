@@ -6,7 +6,7 @@ samples every process started for it (its own, and any whose command line or
 last sample's user + system time, so the tail of a short-lived process's life may be
 missed. The total is exact: the run's whole process tree as ``getrusage(RUSAGE_CHILDREN)``
 counts it once every process was waited for. On 2 cores, CPU seconds are what the e2e tier
-pays: both workers' runs share those cores.
+pays: every worker's runs share those cores.
 
     python -m benchmarks.run_cpu -- +experiment=smoke launch.preflight=false
     python -m benchmarks.run_cpu --repeat 3 -- +experiment=smoke launch.preflight=false \\

@@ -127,7 +127,7 @@ def waves(pairs: pd.DataFrame, by: list[str] | None = None) -> pd.DataFrame:
 def cluster_index(frame: pd.DataFrame, cluster: list[str], stratum: list[str]):
     """(cluster id per row, stratum id per cluster) as int arrays, in a stable order: the
     ids ``groupby(..., sort=True).ngroup()`` gives, without its cost per call (the analysis
-    asks for them per fit and per interval: a third of the calibration test's time)."""
+    asks for them per fit and per interval: ~15% of the calibration test's time)."""
     firsts, cl = np.unique(key_codes(frame, cluster), return_index=True, return_inverse=True)[1:]
     st = np.unique(key_codes(frame.iloc[firsts], stratum), return_inverse=True)[1]
     return cl.reshape(-1), st.reshape(-1)
