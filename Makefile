@@ -76,7 +76,7 @@ docs: install
 
 # The unit tier on TEST_WORKERS pytest-xdist workers (CPU all the way: one per core), the
 # e2e tier on E2E_WORKERS: its runs wait on SLURM requeues, paced arrivals and TTLs, and on 2
-# workers a 2-core host sat 28% idle through it, so a third runs while they wait;
+# workers a 2-core host sat 28% idle through it (one run), so a third runs while they wait;
 # tests/e2e/conftest.py keeps what shares a resource in one worker and gives each worker its
 # own ports.
 TEST_WORKERS ?= 2

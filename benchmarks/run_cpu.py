@@ -31,18 +31,24 @@ from pathlib import Path
 
 import psutil
 
-FORKER = "jobs.serving.forkserver"
-# A command line's part -> what the process is (first match); vLLM servers forked from the
-# forker carry its command line: their depth below it says which they are.
+# Processes that fork children carrying their own command line: what each is, by its depth
+# below the first of them (a server forked from the forker, an engine core forked from its
+# API server; ``server.cpu_start=exec`` starts each server on its own). First match wins.
+CHAINS = (
+    (
+        "jobs.serving.forkserver",
+        ("server forker (imports vLLM once)", "vLLM API server", "vLLM engine core"),
+    ),
+    ("vllm.entrypoints.openai.api_server", ("vLLM API server", "vLLM engine core")),
+)
+# A command line's part -> what the process is (first match).
 KINDS = (
     ("-m pdbench", "driver"),
     ("submitit", "job (controller and task)"),
     ("jobs.serving.router", "router"),
     ("connector.ucx_probe", "provenance UCX probe"),
     ("jobs.preflight", "preflight"),
-    ("vllm.entrypoints.openai.api_server", "vLLM API server"),
 )
-FORKED = ("server forker (imports vLLM once)", "vLLM API server", "vLLM engine core")
 
 
 @dataclass
@@ -67,12 +73,13 @@ class RunCpu:
 
 
 def kind_of(sample: Sample, samples: dict[int, Sample]) -> str:
-    """What a process is, by its command line; a forked server by its depth below the forker."""
-    if FORKER in sample.cmdline:
-        depth, parent = 0, samples.get(sample.parent)
-        while parent is not None and FORKER in parent.cmdline:
-            depth, parent = depth + 1, samples.get(parent.parent)
-        return FORKED[min(depth, len(FORKED) - 1)]
+    """What a process is, by its command line; a forked one by its depth in its chain."""
+    for marker, names in CHAINS:
+        if marker in sample.cmdline:
+            depth, parent = 0, samples.get(sample.parent)
+            while parent is not None and marker in parent.cmdline:
+                depth, parent = depth + 1, samples.get(parent.parent)
+            return names[min(depth, len(names) - 1)]
     for part, kind in KINDS:
         if part in sample.cmdline:
             return kind

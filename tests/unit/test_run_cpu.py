@@ -11,6 +11,7 @@ pytestmark = pytest.mark.unit
 
 PY = "/venv/bin/python"
 FORK = f"{PY} -m jobs.serving.forkserver vllm.entrypoints.openai.api_server"
+SERVER = f"{PY} -m vllm.entrypoints.openai.api_server --model /m"  # server.cpu_start=exec
 
 
 def run_tree() -> dict[int, Sample]:
@@ -36,6 +37,12 @@ def test_forked_servers_are_named_by_their_depth_below_the_forker():
     assert kind_of(samples[16], samples) == "vLLM engine core"
     assert kind_of(samples[17], samples) == "router"
     assert kind_of(samples[19], samples) == "other"
+
+
+def test_a_server_started_on_its_own_and_its_engine_core_are_told_apart():
+    samples = {s.pid: s for s in [Sample(20, 11, SERVER, 2.5), Sample(21, 20, SERVER, 4.0)]}
+    assert kind_of(samples[20], samples) == "vLLM API server"
+    assert kind_of(samples[21], samples) == "vLLM engine core"
 
 
 def test_cpu_is_summed_per_kind_the_most_first():
